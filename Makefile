@@ -1,0 +1,42 @@
+# The two commands the README opens with:
+#   make run    the main job on the embedded default (CPU, minutes)
+#   make test   install everything from this repository's files and run the checks CI runs
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+RUN_DIR ?= runs/local
+
+.PHONY: run test install install-dev system-deps lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[all]'
+
+install-dev: $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+system-deps:
+	bash scripts/install-system-deps.sh
+
+run: install
+	$(BIN)/gagar run --out $(RUN_DIR)
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: install-dev system-deps lint
+	$(BIN)/pytest
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install-dev
+	$(BIN)/python benchmarks/advantage.py
+
+clean:
+	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache .hypothesis runs .work

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# System packages the tests use: bubblewrap (sandbox), Prometheus, promtool and the Pushgateway (metrics),
+# and the s3rver S3-protocol server from npm (storage). Idempotent; skips what is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
+command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
+# the local sandbox runs tests with Debian's python3 and its pytest (readable by the sandbox uid)
+/usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || need_apt+=(python3 python3-pytest)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing system packages: ${need_apt[*]} (run as root or install them with apt-get)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x node_modules/.bin/s3rver ]; then
+  npm install --no-audit --no-fund --silent >/dev/null
+fi

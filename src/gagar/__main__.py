@@ -1,0 +1,3 @@
+from gagar.cli import main
+
+main()

@@ -1,0 +1,40 @@
+"""The ``gagar`` command. Each command group lives in a module of its own; this one only wires them."""
+
+from __future__ import annotations
+
+import typer
+
+from gagar import __version__
+from gagar.cli import advantages
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="gagar",
+    help="GRPO with grader-aware credit redistribution for code agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gagar {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """GRPO with grader-aware credit redistribution for code agents."""
+
+
+app.command("advantages")(advantages.advantages)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,45 @@
+"""What every sandbox backend implements: evaluate predictions against tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from pydantic import Field
+
+from gagar.records import Record
+from gagar.sandbox.results import TestResult
+from gagar.tasks.schema import Task
+
+__all__ = ["Prediction", "ProgressCallback", "SandboxBackend"]
+
+
+class Prediction(Record):
+    """A patch to evaluate, in SWE-bench prediction form.
+
+    A trajectories file is also a predictions file: it carries these three fields.
+    """
+
+    instance_id: str = Field(min_length=1)
+    model_patch: str = ""
+    trajectory_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The id results are reported under: the trajectory id, else the instance id."""
+        return self.trajectory_id or self.instance_id
+
+
+ProgressCallback = Callable[[TestResult], None]
+
+
+class SandboxBackend(Protocol):
+    """Runs each prediction's patch against its task's tests, isolated from the host and each other."""
+
+    def evaluate(
+        self,
+        jobs: Sequence[tuple[Task, Prediction]],
+        on_result: ProgressCallback | None = None,
+    ) -> list[TestResult]:
+        """One TestResult per job, in the order of ``jobs``; never raises for a bad patch."""
+        ...
