@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from gagar import __version__
-from gagar.cli import advantages
+from gagar.cli import advantages, sandbox
 
 __all__ = ["app", "main"]
 
@@ -34,6 +34,7 @@ def _root(
 
 
 app.command("advantages")(advantages.advantages)
+app.add_typer(sandbox.app, name="sandbox")
 
 
 def main() -> None:

@@ -1,0 +1,37 @@
+"""``gagar sandbox``: evaluate model patches against their tasks' tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from tqdm import tqdm
+
+from gagar.sandbox.runner import BackendName, evaluate_to_file, load_jobs, make_backend, summary_line
+
+__all__ = ["app"]
+
+app = typer.Typer(name="sandbox", help="Run model patches against task tests.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Run model patches against task tests, isolated from the host and each other."""
+
+
+@app.command("run")
+def run(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Tasks JSONL."),
+    predictions: Path = typer.Option(
+        ..., "--predictions", exists=True, dir_okay=False, help="Predictions JSONL (SWE-bench form)."
+    ),
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="Results JSONL (TestResult records)."),
+    backend: BackendName = typer.Option(BackendName.LOCAL, "--backend", help="Where the tests run."),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="Parallel runs [default: cores]."),
+) -> None:
+    """Evaluate every prediction and write one TestResult per prediction."""
+    jobs = load_jobs(tasks, predictions)
+    sandbox = make_backend(backend, workers)
+    with tqdm(total=len(jobs), desc="sandbox", unit="eval") as bar:
+        results = evaluate_to_file(jobs, out, sandbox, on_result=lambda _: bar.update(1))
+    typer.echo(summary_line(results))

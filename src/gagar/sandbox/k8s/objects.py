@@ -1,0 +1,257 @@
+"""The Kubernetes objects of one evaluation: input ConfigMap, hardened Pod, deny-all NetworkPolicy.
+
+Every pod meets the ``restricted`` Pod Security Standard: non-root uid, no privilege
+escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root filesystem
+(the repository lives in an emptyDir), no service-account token, no service links, a
+deadline and resource requests and limits. Labels carry hashed ids only, so cleanup can
+select a run's or an evaluation's objects whatever the trajectory ids look like.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiClient
+
+from gagar.sandbox.base import Prediction
+from gagar.sandbox.k8s.config import KubernetesSandboxConfig
+from gagar.tasks.schema import Task
+
+__all__ = [
+    "APP_LABEL",
+    "CONFIGMAP_MAX_BYTES",
+    "EvalPlan",
+    "ObjectTooLargeError",
+    "build_configmap",
+    "build_network_policy",
+    "build_pod",
+    "eval_labels",
+    "plan_evaluation",
+    "render_objects_yaml",
+    "run_labels",
+    "to_dict",
+]
+
+APP_LABEL = {"app.kubernetes.io/name": "gagar-sandbox", "app.kubernetes.io/managed-by": "gagar"}
+RUN_KEY, EVAL_KEY = "gagar.dev/run", "gagar.dev/eval"
+CONFIGMAP_MAX_BYTES = 1024 * 1024 - 16 * 1024
+"""Data a ConfigMap may carry: the API server's 1 MiB limit less room for metadata."""
+INPUT_DIR, WORKSPACE_DIR = "/gagar/input", "/workspace"
+_RUNNER_SOURCE = resources.files("gagar.sandbox.k8s").joinpath("pod_runner.py").read_text(encoding="utf-8")
+_PATCH_SOURCE = resources.files("gagar.sandbox").joinpath("patch.py").read_text(encoding="utf-8")
+
+
+class ObjectTooLargeError(ValueError):
+    """The evaluation's inputs do not fit into one ConfigMap.
+
+    ``policy_fault`` is True when the task's own inputs fit and the model patch tips them over.
+    """
+
+    def __init__(self, message: str, policy_fault: bool) -> None:
+        super().__init__(message)
+        self.policy_fault = policy_fault
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """What one evaluation needs to build its objects; ids are hex digests, safe as names and labels."""
+
+    run_id: str
+    eval_id: str
+    nonce: str
+    image: str
+    task: Task
+    prediction: Prediction
+
+    @property
+    def name(self) -> str:
+        """Name of the evaluation's pod and ConfigMap (a DNS-1123 label)."""
+        return f"gagar-sbx-{self.run_id[:8]}-{self.eval_id}"
+
+
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def plan_evaluation(
+    config: KubernetesSandboxConfig, run_id: str, index: int, task: Task, prediction: Prediction
+) -> EvalPlan:
+    """The plan of job ``index`` of run ``run_id``; raises ValueError when no image is known for the task."""
+    image = task.environment.image or config.image
+    if image is None:
+        raise ValueError(f"task {task.instance_id!r} has no environment.image and the backend has no image")
+    eval_id = _digest(f"{run_id}/{index}/{prediction.key}", 16)
+    return EvalPlan(run_id, eval_id, secrets.token_hex(16), image, task, prediction)
+
+
+def run_labels(config: KubernetesSandboxConfig, run_id: str) -> dict[str, str]:
+    """Labels of every object of one run (the user's extra labels first, ours win)."""
+    return {**config.labels, **APP_LABEL, RUN_KEY: run_id}
+
+
+def eval_labels(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, str]:
+    """Labels of one evaluation's objects."""
+    return {**run_labels(config, plan.run_id), EVAL_KEY: plan.eval_id}
+
+
+def _metadata(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ObjectMeta:
+    annotations = {"gagar.dev/instance-id": plan.task.instance_id, "gagar.dev/key": plan.prediction.key}
+    return client.V1ObjectMeta(
+        name=plan.name, namespace=config.namespace, labels=eval_labels(config, plan), annotations=annotations
+    )
+
+
+def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
+    task = plan.task
+    return {
+        "nonce": plan.nonce,
+        "repo_source": "snapshot" if task.snapshot is not None else "image",
+        "image_repo_dir": config.image_repo_dir,
+        "test_cmd": task.test_cmd or config.default_test_cmd,
+        "max_log_chars": config.max_log_chars,
+        "max_patch_bytes": config.max_patch_bytes,
+    }
+
+
+def build_configmap(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ConfigMap:
+    """The pod's read-only inputs (runner, patch applier, spec, patches, snapshot).
+
+    Raises:
+        ObjectTooLargeError: they exceed what one ConfigMap holds (1 MiB).
+    """
+    data = {
+        "runner.py": _RUNNER_SOURCE,
+        "gagar_patch.py": _PATCH_SOURCE,
+        "spec.json": json.dumps(_spec(config, plan)),
+        "model.patch": plan.prediction.model_patch,
+        "test.patch": plan.task.test_patch,
+    }
+    if plan.task.snapshot is not None:
+        data["snapshot.json"] = json.dumps(plan.task.snapshot)
+    sizes = {key: len(key) + len(value.encode("utf-8")) for key, value in data.items()}
+    total = sum(sizes.values())
+    if total > CONFIGMAP_MAX_BYTES:
+        largest = max(sizes, key=sizes.__getitem__)
+        raise ObjectTooLargeError(
+            f"inputs of {plan.prediction.key!r} take {total} bytes, over the ConfigMap limit of "
+            f"{CONFIGMAP_MAX_BYTES} (largest: {largest}, {sizes[largest]} bytes)",
+            policy_fault=total - sizes["model.patch"] <= CONFIGMAP_MAX_BYTES,
+        )
+    return client.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=_metadata(config, plan), data=data)
+
+
+def _container(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Container:
+    res = config.resources
+    return client.V1Container(
+        name="sandbox",
+        image=plan.image,
+        image_pull_policy="IfNotPresent",
+        command=[config.runner_python, f"{INPUT_DIR}/runner.py", INPUT_DIR, WORKSPACE_DIR],
+        working_dir=WORKSPACE_DIR,
+        env=[client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="TMPDIR", value="/tmp")],
+        resources=client.V1ResourceRequirements(
+            requests={
+                "cpu": res.cpu_request,
+                "memory": res.memory_request,
+                "ephemeral-storage": res.ephemeral_storage_request,
+            },
+            limits={
+                "cpu": res.cpu_limit,
+                "memory": res.memory_limit,
+                "ephemeral-storage": res.ephemeral_storage_limit,
+            },
+        ),
+        security_context=client.V1SecurityContext(
+            allow_privilege_escalation=False,
+            privileged=False,
+            capabilities=client.V1Capabilities(drop=["ALL"]),
+            read_only_root_filesystem=True,
+            run_as_non_root=True,
+            run_as_user=config.run_as_user,
+            run_as_group=config.run_as_user,
+            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+        volume_mounts=[
+            client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
+            client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_DIR),
+            client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+        ],
+        termination_message_policy="FallbackToLogsOnError",
+    )
+
+
+def build_pod(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Pod:
+    """The hardened pod that runs one evaluation (restricted Pod Security Standard)."""
+    res = config.resources
+    return client.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=_metadata(config, plan),
+        spec=client.V1PodSpec(
+            restart_policy="Never",
+            active_deadline_seconds=config.active_deadline_s,
+            termination_grace_period_seconds=5,
+            automount_service_account_token=False,
+            enable_service_links=False,
+            service_account_name=config.service_account_name,
+            runtime_class_name=config.runtime_class_name,
+            security_context=client.V1PodSecurityContext(
+                run_as_non_root=True,
+                run_as_user=config.run_as_user,
+                run_as_group=config.run_as_user,
+                fs_group=config.run_as_user,
+                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            containers=[_container(config, plan)],
+            volumes=[
+                client.V1Volume(
+                    name="input",
+                    config_map=client.V1ConfigMapVolumeSource(name=plan.name, default_mode=0o444),
+                ),
+                client.V1Volume(
+                    name="workspace", empty_dir=client.V1EmptyDirVolumeSource(size_limit=res.workspace_size)
+                ),
+                client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource(size_limit=res.tmp_size)),
+            ],
+        ),
+    )
+
+
+def build_network_policy(config: KubernetesSandboxConfig, run_id: str) -> client.V1NetworkPolicy:
+    """Deny all ingress and egress to every sandbox pod of the namespace (no rules = nothing allowed)."""
+    return client.V1NetworkPolicy(
+        api_version="networking.k8s.io/v1",
+        kind="NetworkPolicy",
+        metadata=client.V1ObjectMeta(
+            name=f"gagar-sandbox-deny-all-{run_id[:8]}",
+            namespace=config.namespace,
+            labels=run_labels(config, run_id),
+        ),
+        spec=client.V1NetworkPolicySpec(
+            pod_selector=client.V1LabelSelector(
+                match_labels={"app.kubernetes.io/name": APP_LABEL["app.kubernetes.io/name"]}
+            ),
+            policy_types=["Ingress", "Egress"],
+        ),
+    )
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A kubernetes client model as the plain dict the API server receives (camelCase keys, no nulls)."""
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+def render_objects_yaml(
+    task: Task, prediction: Prediction, config: KubernetesSandboxConfig, run_id: str = "0" * 12
+) -> str:
+    """The NetworkPolicy, ConfigMap and Pod of one evaluation as a multi-document YAML string."""
+    plan = plan_evaluation(config, run_id, 0, task, prediction)
+    objs = [build_network_policy(config, run_id), build_configmap(config, plan), build_pod(config, plan)]
+    return yaml.safe_dump_all([to_dict(o) for o in objs], sort_keys=False)

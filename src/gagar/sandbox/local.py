@@ -1,0 +1,193 @@
+"""The local sandbox backend: each evaluation in a fresh repository copy under bubblewrap.
+
+For one (task, prediction): create a workspace, write the repository, apply the model
+patch and then the task's test patch (refused or non-applying patches end as ``failed``
+with the reason), hand the workspace to the worker slot's uid, run the test command
+isolated (see :mod:`gagar.sandbox.isolation`) with a deadline and an output cap, read
+per-test outcomes from the junit report, and remove the workspace. Anything that goes
+wrong with the machinery (missing tool, workspace not creatable, sandbox not started)
+ends as ``infra_error``. A thread pool with one uid per slot runs many at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gagar.sandbox.base import Prediction, ProgressCallback
+from gagar.sandbox.isolation import JUNIT_NAME, SANDBOX_OUT, sandbox_argv, sandbox_env
+from gagar.sandbox.junit import JunitError, parse_junit
+from gagar.sandbox.limits import SandboxLimits
+from gagar.sandbox.patch import PatchError, apply_patch
+from gagar.sandbox.pool import run_pool
+from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
+from gagar.sandbox.results import Outcome, Status, TestResult
+from gagar.sandbox.verdict import expected_outcomes, verdict
+from gagar.sandbox.workspace import Workspace, WorkspaceError, hand_over, materialize, workspace
+from gagar.tasks.schema import Task
+
+__all__ = ["DEFAULT_TEST_CMD", "InfraError", "LocalBackend", "LocalSandboxSettings"]
+
+DEFAULT_TEST_CMD = "python -m pytest -q"
+"""Run inside the sandbox; PYTEST_ADDOPTS adds the junit report and disables the cache plugin."""
+
+
+class InfraError(RuntimeError):
+    """The sandbox machinery failed; the evaluation says nothing about the patch."""
+
+
+class LocalSandboxSettings(BaseSettings):
+    """Where the local backend finds its tools and puts its workspaces (env ``GAGAR_SANDBOX__<FIELD>``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GAGAR_SANDBOX__", frozen=True, extra="ignore")
+
+    bwrap: str = "bwrap"
+    """bubblewrap executable (env GAGAR_SANDBOX__BWRAP)."""
+    setpriv: str = "setpriv"
+    """util-linux setpriv, drops to the slot uid (env GAGAR_SANDBOX__SETPRIV)."""
+    prlimit: str = "prlimit"
+    """util-linux prlimit, sets the rlimits (env GAGAR_SANDBOX__PRLIMIT)."""
+    python: str = "/usr/bin/python3"
+    """Interpreter inside the sandbox unless the task names one (env GAGAR_SANDBOX__PYTHON)."""
+    base_uid: int = Field(61000, ge=1000)
+    """Worker slot i runs as uid base_uid + i (env GAGAR_SANDBOX__BASE_UID)."""
+    work_root: Path | None = None
+    """Parent of the workspaces; None means the system temp dir (env GAGAR_SANDBOX__WORK_ROOT)."""
+    repos_dir: Path | None = None
+    """Local clones <repos_dir>/<owner>/<name> for base_commit tasks (env GAGAR_SANDBOX__REPOS_DIR)."""
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise InfraError(f"sandbox tool {name!r} not found (install it: scripts/install-system-deps.sh)")
+    return path
+
+
+def _read_junit(ws: Workspace, max_bytes: int) -> dict[str, Outcome] | None:
+    report = ws.out / JUNIT_NAME
+    if not report.is_file() or report.is_symlink() or report.stat().st_size > max_bytes:
+        return None
+    try:
+        return parse_junit(report.read_text(encoding="utf-8", errors="replace"), ws.repo)
+    except JunitError:
+        return None
+
+
+def _started(marker: Path) -> bool:
+    """Whether the shell inside the sandbox reported that it started (see ``sandbox_argv``)."""
+    return marker.is_file() and marker.read_text(errors="replace").strip() == "started"
+
+
+class LocalBackend:
+    """SandboxBackend running tests on this machine under bubblewrap, ``workers`` at a time.
+
+    ``isolate=False`` runs the very same commands without prlimit, setpriv or bwrap: only
+    for measuring the sandbox's overhead on trusted code (benchmarks/sandbox.py).
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        settings: LocalSandboxSettings | None = None,
+        workers: int | None = None,
+        *,
+        isolate: bool = True,
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        self.settings = settings or LocalSandboxSettings()
+        self.workers = workers or os.cpu_count() or 1
+        self.isolate = isolate
+
+    def evaluate(
+        self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
+    ) -> list[TestResult]:
+        """One TestResult per job, in order; never raises for a bad patch or a broken sandbox."""
+        return run_pool(jobs, self.evaluate_one, self.workers, on_result)
+
+    def evaluate_one(self, task: Task, pred: Prediction, slot: int = 0) -> TestResult:
+        """Evaluate one prediction as worker slot ``slot``; any machinery failure is an infra_error."""
+        start = time.monotonic()
+        base = {"trajectory_id": pred.key, "instance_id": pred.instance_id}
+        try:
+            with workspace(self.settings.work_root) as ws:
+                refused = self._prepare(task, pred, ws)
+                if refused is not None:
+                    return TestResult(**base, status=Status.FAILED, reason=refused, duration_s=_since(start))
+                run = self._run(task, ws, slot)
+                outcomes = _read_junit(ws, self.limits.max_junit_bytes)
+        except (InfraError, WorkspaceError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
+        expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+        status, resolved, reason = verdict(run, outcomes, expected)
+        tests = expected_outcomes(outcomes or {}, expected)
+        return TestResult(
+            **base, status=status, resolved=resolved, tests=tests, reason=reason, duration_s=_since(start),
+            log=run.log,
+        )  # fmt: skip
+
+    def _prepare(self, task: Task, pred: Prediction, ws: Workspace) -> str | None:
+        """Write the repository and apply both patches; the refusal reason, or None when ready."""
+        materialize(task, ws.repo, self.settings.repos_dir)
+        if pred.model_patch.strip():
+            try:
+                apply_patch(ws.repo, pred.model_patch, self.limits.max_patch_bytes)
+            except PatchError as exc:
+                return f"model patch refused or did not apply: {exc}"
+        if task.test_patch.strip():
+            try:
+                # the test patch comes with the task, not the model: no size limit, same safety checks
+                apply_patch(ws.repo, task.test_patch, max_bytes=len(task.test_patch.encode()) + 1)
+            except PatchError as exc:
+                return f"test patch did not apply after the model patch: {exc}"
+        return None
+
+    def _run(self, task: Task, ws: Workspace, slot: int) -> RunOutcome:
+        command = task.test_cmd or DEFAULT_TEST_CMD
+        python = task.environment.python or self.settings.python
+        if not os.access(python, os.X_OK):
+            raise InfraError(f"interpreter {python} not found or not executable")
+        env = sandbox_env()
+        if not self.isolate:
+            return self._run_unisolated(command, python, ws, env)
+        tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
+        uid = self.settings.base_uid + slot
+        hand_over(ws, uid)
+        marker = ws.root / "started"
+        with open(marker, "wb") as status:
+            argv = sandbox_argv(
+                tools=tools, uid=uid, limits=self.limits, repo=ws.repo, out=ws.out, python=python,
+                started_fd=status.fileno(), command=command,
+            )  # fmt: skip
+            run = self._bounded(argv, env, ws.repo, (status.fileno(),))
+        if (left := kill_uid(uid)) > 0:
+            raise InfraError(f"{left} process(es) of sandbox uid {uid} survived SIGKILL")
+        if not _started(marker):
+            raise InfraError(f"bubblewrap did not start the sandbox: {run.log.strip()[-500:]}")
+        return run
+
+    def _run_unisolated(self, command: str, python: str, ws: Workspace, env: dict[str, str]) -> RunOutcome:
+        bin_dir = ws.root / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "python").symlink_to(python)
+        env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
+        env["PYTEST_ADDOPTS"] = env["PYTEST_ADDOPTS"].replace(SANDBOX_OUT, str(ws.out))
+        return self._bounded(["/bin/sh", "-c", command], env, ws.repo, ())
+
+    def _bounded(self, argv: list[str], env: dict[str, str], cwd: Path, fds: tuple[int, ...]) -> RunOutcome:
+        lim = self.limits
+        return run_bounded(
+            argv, env=env, cwd=str(cwd), wall_time_s=lim.wall_time_s, max_output_bytes=lim.max_output_bytes,
+            log_chars=lim.log_chars, pass_fds=fds,
+        )  # fmt: skip
+
+
+def _since(start: float) -> float:
+    return time.monotonic() - start

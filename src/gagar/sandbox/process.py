@@ -1,0 +1,158 @@
+"""Run one command with a wall-clock deadline and a cap on its output, keeping a head-and-tail log.
+
+The child's stdout and stderr share a pipe that a reader thread drains in chunks; only
+the first and last ``log_chars / 2`` bytes are kept, and once ``max_output_bytes`` have
+arrived the whole process group is killed. A 1 GB flood therefore costs neither memory
+nor disk, and a run past its deadline is killed the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["BoundedOutput", "RunOutcome", "kill_uid", "run_bounded"]
+
+_CHUNK = 1 << 16
+
+
+class BoundedOutput:
+    """Keeps the head and tail of a byte stream and counts all of it."""
+
+    def __init__(self, keep_bytes: int) -> None:
+        self.half = max(keep_bytes // 2, 1)
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_len = 0
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Account for ``chunk``: fill the head first, then keep a rolling tail."""
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_len += len(chunk)
+            while self.tail and self.tail_len - len(self.tail[0]) >= self.half:
+                self.tail_len -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        """Head, an omission marker when bytes were dropped, and tail, decoded leniently."""
+        tail = b"".join(self.tail)[-self.half :]
+        dropped = self.total - len(self.head) - len(tail)
+        marker = f"\n[... {dropped} bytes omitted ...]\n".encode() if dropped > 0 else b""
+        return bytes(self.head + marker + tail).decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a bounded run ended."""
+
+    returncode: int | None
+    """Exit status (negative: killed by that signal); None if it could not be waited for."""
+    timed_out: bool
+    output_exceeded: bool
+    duration_s: float
+    output_bytes: int
+    log: str
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _drain(proc: subprocess.Popen[bytes], out: BoundedOutput, limit: int, exceeded: threading.Event) -> None:
+    assert proc.stdout is not None
+    while chunk := proc.stdout.read1(_CHUNK):
+        if not exceeded.is_set():
+            out.add(chunk)
+            if out.total > limit:
+                exceeded.set()
+                _kill_group(proc)
+
+
+def run_bounded(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str,
+    wall_time_s: float,
+    max_output_bytes: int,
+    log_chars: int,
+    pass_fds: Sequence[int] = (),
+) -> RunOutcome:
+    """Run ``argv`` in its own session; kill its process group at the deadline or the output cap."""
+    out = BoundedOutput(log_chars)
+    exceeded = threading.Event()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=cwd,
+        pass_fds=tuple(pass_fds),
+        start_new_session=True,
+    )
+    reader = threading.Thread(target=_drain, args=(proc, out, max_output_bytes, exceeded), daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=wall_time_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        proc.wait()
+    reader.join(timeout=10)  # a descendant outside the group could hold the pipe: do not wait forever
+    return RunOutcome(
+        returncode=proc.returncode,
+        timed_out=timed_out and not exceeded.is_set(),
+        output_exceeded=exceeded.is_set(),
+        duration_s=time.monotonic() - start,
+        output_bytes=out.total,
+        log=out.text(),
+    )
+
+
+def _live_pids_of(uid: int) -> list[int]:
+    """Processes of ``uid`` that are not zombies (a zombie holds nothing and cannot be killed)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+                if state not in (b"Z", b"X"):
+                    pids.append(int(name))
+    return pids
+
+
+def kill_uid(uid: int, timeout_s: float = 5.0) -> int:
+    """SIGKILL every live process of ``uid`` until none is left (or ``timeout_s``); returns how many remain.
+
+    The sandbox's PID namespace dies with its init, but the kernel reaps it asynchronously:
+    this makes sure a worker slot's uid is idle before its next evaluation counts processes.
+    """
+    deadline = time.monotonic() + timeout_s
+    while pids := _live_pids_of(uid):
+        if time.monotonic() > deadline:
+            return len(pids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    return 0

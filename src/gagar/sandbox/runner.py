@@ -1,0 +1,86 @@
+"""Evaluate a predictions file against a tasks file and write the results file.
+
+Predictions are in SWE-bench form (``instance_id``, ``model_patch``, optional
+``trajectory_id``); a trajectories file works as is. Results are TestResult records,
+one per prediction, in prediction order, written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+
+from gagar.records import read_records, write_records
+from gagar.sandbox.base import Prediction, ProgressCallback, SandboxBackend
+from gagar.sandbox.results import Status, TestResult
+from gagar.tasks.schema import Task
+
+__all__ = ["BackendName", "evaluate_to_file", "join_jobs", "load_jobs", "make_backend", "summary_line"]
+
+
+class BackendName(StrEnum):
+    """Where evaluations run."""
+
+    LOCAL = "local"
+    KUBERNETES = "kubernetes"
+
+
+def make_backend(name: BackendName, workers: int | None = None) -> SandboxBackend:
+    """The backend called ``name``; the Kubernetes one is imported only when asked for."""
+    if name == BackendName.KUBERNETES:
+        from gagar.sandbox.kubernetes import KubernetesBackend, KubernetesSandboxConfig
+
+        return KubernetesBackend(KubernetesSandboxConfig())
+    from gagar.sandbox.local import LocalBackend
+
+    return LocalBackend(workers=workers)
+
+
+def join_jobs(tasks: Sequence[Task], predictions: Sequence[Prediction]) -> list[tuple[Task, Prediction]]:
+    """Pair each prediction with its task by ``instance_id``.
+
+    Raises:
+        ValueError: two tasks share an instance_id, or a prediction names an unknown one.
+    """
+    by_id: dict[str, Task] = {}
+    for task in tasks:
+        if task.instance_id in by_id:
+            raise ValueError(f"tasks: instance_id {task.instance_id!r} appears twice")
+        by_id[task.instance_id] = task
+    jobs = []
+    for n, pred in enumerate(predictions, start=1):
+        if pred.instance_id not in by_id:
+            raise ValueError(f"prediction #{n}: instance_id {pred.instance_id!r} is not in the tasks file")
+        jobs.append((by_id[pred.instance_id], pred))
+    return jobs
+
+
+def summary_line(results: Sequence[TestResult]) -> str:
+    """E.g. ``10 evaluated, 4 resolved (40.0%): passed 4, failed 5, error 0, timeout 1, infra_error 0``."""
+    counts = Counter(r.status for r in results)
+    resolved = sum(r.resolved for r in results)
+    rate = 100.0 * resolved / len(results) if results else 0.0
+    by_status = ", ".join(f"{s.value} {counts.get(s, 0)}" for s in Status)
+    return f"{len(results)} evaluated, {resolved} resolved ({rate:.1f}%): {by_status}"
+
+
+def load_jobs(
+    tasks_path: str | os.PathLike[str], predictions_path: str | os.PathLike[str]
+) -> list[tuple[Task, Prediction]]:
+    """Read both files and pair predictions with tasks (see :func:`join_jobs`)."""
+    return join_jobs(read_records(tasks_path, Task), read_records(predictions_path, Prediction))
+
+
+def evaluate_to_file(
+    jobs: Sequence[tuple[Task, Prediction]],
+    out_path: str | os.PathLike[str],
+    backend: SandboxBackend,
+    on_result: ProgressCallback | None = None,
+) -> list[TestResult]:
+    """Evaluate every job and write the results to ``out_path`` (JSONL, atomically)."""
+    results = backend.evaluate(jobs, on_result)
+    write_records(Path(out_path), results)
+    return results

@@ -1,0 +1,98 @@
+"""A fresh, throw-away copy of a task's repository for one evaluation, removed afterwards.
+
+Layout under a new temporary directory: ``repo/`` (the repository at the base commit)
+and ``out/`` (reports the test run writes). Both are handed to the sandbox uid.
+A bundled ``snapshot`` is written file by file; a ``base_commit`` is checked out from
+a local clone ``<repos_dir>/<task.repo>`` (no network is used).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gagar.sandbox.patch import PatchError, check_path
+from gagar.tasks.schema import Task
+
+__all__ = ["Workspace", "WorkspaceError", "hand_over", "materialize", "workspace"]
+
+
+class WorkspaceError(RuntimeError):
+    """The workspace could not be created or filled: an infrastructure problem, not the patch's."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Host paths of one evaluation's workspace."""
+
+    root: Path
+    repo: Path
+    out: Path
+
+
+@contextmanager
+def workspace(work_root: Path | None) -> Iterator[Workspace]:
+    """Create an empty workspace under ``work_root`` (default: the system temp dir); always removed."""
+    try:
+        root = Path(tempfile.mkdtemp(prefix="gagar-sbx-", dir=work_root))
+        (root / "repo").mkdir()
+        (root / "out").mkdir()
+    except OSError as exc:
+        where = work_root or tempfile.gettempdir()
+        raise WorkspaceError(f"cannot create a workspace under {where}: {exc}") from exc
+    try:
+        yield Workspace(root, root / "repo", root / "out")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _write_snapshot(repo: Path, snapshot: dict[str, str]) -> None:
+    for path, text in snapshot.items():
+        try:
+            check_path(path)
+        except PatchError as exc:
+            raise WorkspaceError(f"task snapshot: {exc}") from None
+        target = repo / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+
+
+def _checkout(repo: Path, source: Path, commit: str) -> None:
+    if not (source / ".git").exists():
+        raise WorkspaceError(f"no local clone of the task's repository at {source}")
+    for cmd in (
+        ["git", "clone", "-q", "--no-hardlinks", "--no-checkout", str(source), str(repo)],
+        ["git", "-C", str(repo), "checkout", "-q", commit],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise WorkspaceError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[-500:]}")
+
+
+def materialize(task: Task, repo: Path, repos_dir: Path | None) -> None:
+    """Fill ``repo`` with the task's repository at its base commit."""
+    if task.snapshot is not None:
+        _write_snapshot(repo, task.snapshot)
+        return
+    if repos_dir is None:
+        raise WorkspaceError(
+            f"task {task.instance_id} needs a checkout of {task.repo} but no repos_dir is set"
+        )
+    repo.rmdir()
+    _checkout(repo, repos_dir / check_path(task.repo), task.base_commit or "")
+
+
+def hand_over(ws: Workspace, uid: int) -> None:
+    """Give the workspace to ``uid`` so the sandbox can write in it and nothing else."""
+    os.chown(ws.root, uid, uid)
+    for base in (ws.repo, ws.out):
+        for dirpath, dirnames, filenames in os.walk(base):
+            os.chown(dirpath, uid, uid)
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), uid, uid)
