@@ -1,0 +1,38 @@
+"""``gagar tasks``: generate task files (``synthesize`` lives in :mod:`gagar.tasks.synthesize`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from tqdm import tqdm
+
+from gagar.tasks.generate import Split, generate_tasks, summary_line
+from gagar.tasks.loaders import write_tasks
+
+__all__ = ["app"]
+
+app = typer.Typer(name="tasks", help="Create and inspect repair tasks.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Create and inspect repair tasks."""
+
+
+@app.command("generate")
+def generate(
+    n: int = typer.Option(..., "--n", min=1, help="Number of tasks (one generated repository each)."),
+    seed: int = typer.Option(0, "--seed", help="Seed; the same seed and split give the same tasks."),
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="Output file (.jsonl or .parquet)."),
+    split: str = typer.Option("train", "--split", help="train or heldout; they never share a repository."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Processes generating in parallel."),
+) -> None:
+    """Generate buggy packages with gold patches; FAIL_TO_PASS comes from real pytest runs."""
+    if split not in ("train", "heldout"):
+        raise typer.BadParameter("must be 'train' or 'heldout'", param_hint="--split")
+    chosen: Split = "train" if split == "train" else "heldout"
+    with tqdm(total=n, desc="tasks", unit="task") as bar:
+        tasks = generate_tasks(n, seed, chosen, workers=workers, progress=lambda _: bar.update(1))
+    write_tasks(out, tasks)
+    typer.echo(f"{summary_line(tasks)} -> {out}")

@@ -1,0 +1,220 @@
+"""The bundled task family: small generated Python packages, each with one injected bug.
+
+Each task is a package of two to four modules drawn from :data:`gagar.tasks.library.DOMAINS`
+with a pytest suite, one one-line bug, the minimal gold diff that fixes it and a user-style
+bug report. FAIL_TO_PASS and PASS_TO_PASS come from real pytest runs of the buggy and the
+fixed repository. Generation is deterministic: task ``i`` depends only on ``(split, seed, i)``,
+and the split is part of every repository name, so train and held-out never share one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Literal
+
+from gagar.sandbox.results import Outcome
+from gagar.tasks.diffs import make_diff
+from gagar.tasks.library import DOMAINS, Mutation
+from gagar.tasks.render import (
+    CallResult,
+    GenerationError,
+    RenderedFunction,
+    RenderedModule,
+    call_example,
+    module_source,
+    render_function,
+    tests_source,
+)
+from gagar.tasks.schema import Task
+from gagar.tasks.statements import problem_statement
+from gagar.tasks.testrun import DEFAULT_TEST_CMD, run_pytest
+
+__all__ = ["Split", "generate_task", "generate_tasks", "iter_generated_tasks", "summary_line"]
+
+Split = Literal["train", "heldout"]
+
+_STEMS = (
+    "ledger", "tally", "quill", "harbor", "pebble", "atlas", "orbit", "bramble", "cinder", "delta",
+    "ember", "fable", "grove", "hollow", "juniper", "kestrel", "lumen", "meadow", "nimbus", "otter",
+    "prism", "quartz", "raven", "sable", "thistle", "umber", "vesper", "willow", "yarrow", "zephyr",
+)  # fmt: skip
+_SUFFIXES = ("kit", "lib", "utils", "tools", "ops", "py", "core", "box")
+
+
+@dataclass(frozen=True)
+class _Bug:
+    module: RenderedModule
+    function: RenderedFunction
+    mutation: Mutation
+    old: str
+    new: str
+
+
+def _package(rng: random.Random) -> tuple[str, list[RenderedModule]]:
+    name = rng.choice(_STEMS) + rng.choice(_SUFFIXES)
+    domains = rng.sample(DOMAINS, rng.randint(2, 4))
+    modules = []
+    for domain in domains:
+        templates = rng.sample(domain.functions, rng.randint(3, min(4, len(domain.functions))))
+        functions = tuple(render_function(t, rng) for t in templates)
+        modules.append(RenderedModule(rng.choice(domain.modules), domain, functions))
+    return name, modules
+
+
+def _files(package: str, modules: list[RenderedModule], sources: dict[str, str]) -> dict[str, str]:
+    titles = ", ".join(f"`{m.name}`" for m in modules)
+    files = {
+        "README.md": f"# {package}\n\nSmall utilities: {titles}.\n\nRun the tests with `python -m pytest`.\n",
+        "pyproject.toml": f'[project]\nname = "{package}"\nversion = "0.1.0"\nrequires-python = ">=3.9"\n',
+        f"{package}/__init__.py": f'"""{package}: small utilities."""\n\n__version__ = "0.1.0"\n',
+    }
+    for module in modules:
+        files[f"{package}/{module.path}"] = sources[module.name]
+    return files
+
+
+def _candidates(modules: list[RenderedModule], sources: dict[str, str]) -> list[_Bug]:
+    bugs = []
+    for module in modules:
+        for fn in module.functions:
+            for mutation in fn.template.mutations:
+                old, new = fn.mutation_text(mutation)
+                if sources[module.name].count(old) == 1 and fn.source.count(old) == 1:
+                    bugs.append(_Bug(module, fn, mutation, old, new))
+    return bugs
+
+
+def _predicted_failures(bug: _Bug, buggy_source: str, correct_source: str) -> list[tuple[str, CallResult]]:
+    """(test name, buggy result) of each case of the mutated function whose outcome changes."""
+    failures = []
+    for case in bug.function.template.cases:
+        args = bug.function.case_args(case)
+        good = call_example(correct_source, bug.function.name, args)
+        bad = call_example(buggy_source, bug.function.name, args)
+        if case.raises is not None:
+            changed = bad.error is None or bad.error[0] != case.raises
+        else:
+            changed = (
+                bad.error is not None or bad.value != good.value or type(bad.value) is not type(good.value)
+            )
+        if changed:
+            failures.append((case.test, bad))
+    return failures
+
+
+def _choose_bug(
+    rng: random.Random, modules: list[RenderedModule], sources: dict[str, str]
+) -> tuple[_Bug, str, list[tuple[str, CallResult]]]:
+    """A bug the tests catch: (bug, buggy module source, (test, buggy result) of each failing case)."""
+    candidates = _candidates(modules, sources)
+    while candidates:
+        kind = rng.choice(sorted({b.mutation.kind for b in candidates}))
+        bug = rng.choice([b for b in candidates if b.mutation.kind == kind])
+        buggy = sources[bug.module.name].replace(bug.old, bug.new)
+        failures = _predicted_failures(bug, buggy, sources[bug.module.name])
+        if failures:
+            return bug, buggy, failures
+        candidates.remove(bug)
+    raise GenerationError("no injectable bug is caught by the tests")
+
+
+def _outcomes_split(buggy: dict[str, Outcome], fixed: dict[str, Outcome]) -> tuple[list[str], list[str]]:
+    if set(buggy) != set(fixed) or any(o != Outcome.PASSED for o in fixed.values()):
+        raise GenerationError(f"fixed repository does not pass all its tests: {fixed}")
+    fail = sorted(t for t, o in buggy.items() if o != Outcome.PASSED)
+    return fail, sorted(t for t in buggy if t not in fail)
+
+
+def generate_task(index: int, seed: int, split: Split = "train", python: str | None = None) -> Task:
+    """Task ``index`` of the family ``(split, seed)``; runs pytest twice (buggy and fixed)."""
+    rng = random.Random(f"gagar-tasks:{split}:{seed}:{index}")
+    package, modules = _package(rng)
+    sources = {m.name: module_source(package, m) for m in modules}
+    files = _files(package, modules, sources)
+    for m in modules:
+        files[m.test_path] = tests_source(package, m, sources[m.name])
+    bug, buggy_source, failures = _choose_bug(rng, modules, sources)
+    module_path = f"{package}/{bug.module.path}"
+    snapshot = {**files, module_path: buggy_source}
+    fail, passing = _outcomes_split(run_pytest(snapshot, python=python), run_pytest(files, python=python))
+    predicted = sorted(f"{bug.module.test_path}::test_{bug.function.name}_{t}" for t, _ in failures)
+    if fail != predicted:
+        raise GenerationError(f"pytest failed {fail}, the example calls predicted {predicted}")
+    test, actual = rng.choice(failures)
+    case = next(c for c in bug.function.template.cases if c.test == test)
+    expected = case.raises or call_example(
+        sources[bug.module.name], bug.function.name, bug.function.case_args(case)
+    )
+    statement = problem_statement(
+        rng, package, bug.module.name, bug.function.name, bug.function.call(case), actual, expected
+    )
+    repo = f"synth-{split}/{package}-{seed}-{index}"
+    return Task(
+        instance_id=f"{repo.replace('/', '__')}-{rng.randint(1, 999)}",
+        repo=repo,
+        snapshot=snapshot,
+        problem_statement=statement,
+        patch=make_diff(snapshot, files),
+        FAIL_TO_PASS=fail,
+        PASS_TO_PASS=passing,
+        test_cmd=DEFAULT_TEST_CMD,
+        bug_kind=str(bug.mutation.kind),
+        bug_location=f"{module_path}::{bug.function.name}",
+        split=split,
+    )
+
+
+def _generate_star(args: tuple[int, int, Split, str | None]) -> Task:
+    return generate_task(*args)
+
+
+def iter_generated_tasks(
+    n: int, seed: int, split: Split = "train", workers: int = 1, python: str | None = None
+) -> Iterator[Task]:
+    """Yield tasks ``0..n-1`` of ``(split, seed)`` in order, generated by ``workers`` processes."""
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    jobs = [(i, seed, split, python) for i in range(n)]
+    if workers <= 1:
+        yield from map(_generate_star, jobs)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(_generate_star, jobs)
+
+
+def generate_tasks(
+    n: int,
+    seed: int,
+    split: Split = "train",
+    workers: int = 1,
+    python: str | None = None,
+    progress: Callable[[Task], None] | None = None,
+) -> list[Task]:
+    """``n`` tasks of the family ``(split, seed)``; the same arguments give the same tasks.
+
+    Args:
+        workers: processes that generate in parallel (each task runs pytest twice).
+        python: interpreter with pytest that runs the suites; default this one.
+        progress: called with each task as it is finished.
+    """
+    tasks = []
+    for task in iter_generated_tasks(n, seed, split, workers, python):
+        tasks.append(task)
+        if progress is not None:
+            progress(task)
+    return tasks
+
+
+def summary_line(tasks: list[Task]) -> str:
+    """One line: the task count and the count per bug kind, e.g. ``12 tasks: off_by_one 3, ...``."""
+    counts: dict[str, int] = {}
+    for task in tasks:
+        kind = str(getattr(task, "bug_kind", "unknown"))
+        counts[kind] = counts.get(kind, 0) + 1
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items()))
+    return f"{len(tasks)} tasks: {kinds}"

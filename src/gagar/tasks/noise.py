@@ -1,0 +1,288 @@
+"""A catalogue of unnecessary modifications: test-neutral edits added on top of a fix.
+
+Each kind is a named, seeded transformation of the fixed repository. :func:`add_noise`
+applies a patch, then the chosen kinds, and returns one unified diff that still fixes the
+bug and keeps every test passing, but is no longer a targeted patch. Debug prints go to
+stderr so tests that capture stdout are unaffected; every AST-preserving kind (comment,
+reformat, rename) is checked against the AST before it is accepted.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import random
+import re
+import tokenize
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from io import StringIO
+
+from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.oracle import changed_scopes
+from gagar.tasks.schema import Task
+from gagar.tasks.scopes import FunctionSpan, functions
+
+__all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise"]
+
+
+class NoiseKind(StrEnum):
+    """The kinds of unnecessary modification."""
+
+    DEBUG_PRINT = "debug_print"
+    COMMENT = "comment"
+    RENAME_LOCAL = "rename_local"
+    REFORMAT = "reformat"
+    DEAD_CODE = "dead_code"
+    DEFENSIVE_CHECK = "defensive_check"
+    UNRELATED_FILE = "unrelated_file"
+
+
+class NoiseNotApplicable(ValueError):
+    """A kind of noise that has nothing to act on in this repository."""
+
+
+@dataclass(frozen=True)
+class _Context:
+    gold_scopes: frozenset[str]
+    """``path:qualname`` of every scope the fix changes."""
+    gold_paths: frozenset[str]
+
+
+_COMMENTS = (
+    "# NOTE: keep this in sync with the documentation.",
+    "# TODO: revisit once more cases are supported.",
+    "# This is the main computation.",
+    "# FIXME: this could probably be simplified.",
+)
+_RENAMES = {"total": "running_total", "missing": "shortfall", "words": "tokens", "parts": "pieces"}
+
+
+def _is_source(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return path.endswith(".py") and not path.startswith("tests/") and not name.startswith("test_")
+
+
+def _spans(snapshot: Mapping[str, str], ctx: _Context, gold: bool) -> list[tuple[str, FunctionSpan]]:
+    out = []
+    for path in sorted(p for p in snapshot if _is_source(p)):
+        for span in functions(snapshot[path]):
+            if (f"{path}:{span.qualname}" in ctx.gold_scopes) == gold:
+                out.append((path, span))
+    if not out:
+        raise NoiseNotApplicable("no gold function" if gold else "no function outside the fix")
+    return out
+
+
+def _first_statement(span: FunctionSpan) -> ast.stmt:
+    body = span.node.body
+    has_doc = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    if has_doc and len(body) == 1:
+        raise NoiseNotApplicable(f"{span.qualname} has only a docstring")
+    return body[1] if has_doc else body[0]
+
+
+def _insert(text: str, before_line: int, new_lines: Sequence[str]) -> str:
+    lines = text.splitlines(keepends=True)
+    lines[before_line - 1 : before_line - 1] = [line + "\n" for line in new_lines]
+    return "".join(lines)
+
+
+def _same_ast(old: str, new: str) -> bool:
+    try:
+        return ast.dump(ast.parse(old)) == ast.dump(ast.parse(new))
+    except SyntaxError:
+        return False
+
+
+def _ensure_import(text: str, module: str) -> str:
+    tree = ast.parse(text)
+    if any(isinstance(s, ast.Import) and any(a.name == module for a in s.names) for s in tree.body):
+        return text
+    imports = [s for s in tree.body if isinstance(s, ast.Import | ast.ImportFrom)]
+    if imports:
+        return _insert(text, (imports[-1].end_lineno or imports[-1].lineno) + 1, [f"import {module}"])
+    first = tree.body[0]
+    has_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if has_doc:
+        return _insert(text, (first.end_lineno or first.lineno) + 1, ["", f"import {module}"])
+    return _insert(text, 1, [f"import {module}", ""])
+
+
+def debug_print(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """A ``print(..., file=sys.stderr)`` of the arguments at the top of the fixed function."""
+    path, span = rng.choice(_spans(snapshot, ctx, gold=True))
+    stmt = _first_statement(span)
+    parts = [f'"DEBUG {span.node.name}:"', *(a.arg for a in span.node.args.args[:3]), "file=sys.stderr"]
+    line = " " * stmt.col_offset + f"print({', '.join(parts)})"
+    text = _insert(snapshot[path], stmt.lineno, [line])
+    return {**snapshot, path: _ensure_import(text, "sys")}
+
+
+def comment(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """A comment above a statement of a function the fix does not touch."""
+    path, span = rng.choice(_spans(snapshot, ctx, gold=False))
+    stmt = _first_statement(span)
+    text = _insert(snapshot[path], stmt.lineno, [" " * stmt.col_offset + rng.choice(_COMMENTS)])
+    return {**snapshot, path: text}
+
+
+def _locals(span: FunctionSpan) -> list[str]:
+    params = {a.arg for a in ast.walk(span.node.args) if isinstance(a, ast.arg)}
+    stores = {n.id for n in ast.walk(span.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return sorted(stores - params)
+
+
+def _rename(text: str, span: FunctionSpan, old: str, new: str) -> str:
+    lines = text.splitlines(keepends=True)
+    tokens = list(tokenize.generate_tokens(StringIO(text).readline))
+    for prev, tok in reversed(list(zip([None, *tokens[:-1]], tokens, strict=True))):
+        inside = span.start <= tok.start[0] <= span.end
+        after_dot = prev is not None and prev.string == "."
+        if inside and tok.type == tokenize.NAME and tok.string == old and not after_dot:
+            row, col = tok.start
+            line = lines[row - 1]
+            lines[row - 1] = line[:col] + new + line[col + len(old) :]
+    return "".join(lines)
+
+
+def _fully_renamed(text: str, qualname: str, old: str) -> bool:
+    """Whether no use of ``old`` is left in the function (tokens miss names inside f-strings)."""
+    try:
+        span = next(s for s in functions(text) if s.qualname == qualname)
+    except (SyntaxError, StopIteration):
+        return False
+    return all(not (isinstance(n, ast.Name) and n.id == old) for n in ast.walk(span.node))
+
+
+def rename_local(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """Rename a local variable of a function the fix does not touch (AST checked after renaming back)."""
+    spans = _spans(snapshot, ctx, gold=False)
+    rng.shuffle(spans)
+    for path, span in spans:
+        text = snapshot[path]
+        used = set(re.findall(r"\w+", text))
+        for old in _locals(span):
+            new = _RENAMES.get(old, f"{old}_value")
+            if new in used or keyword.iskeyword(new):
+                continue
+            renamed = _rename(text, span, old, new)
+            if _fully_renamed(renamed, span.qualname, old) and _same_ast(
+                text, _rename(renamed, span, new, old)
+            ):
+                return {**snapshot, path: renamed}
+    raise NoiseNotApplicable("no local variable can be renamed outside the fix")
+
+
+def reformat(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """Explode the signature of a function the fix does not touch, one parameter a line."""
+    spans = [(p, s) for p, s in _spans(snapshot, ctx, gold=False) if len(s.node.args.args) >= 2]
+    if not spans:
+        raise NoiseNotApplicable("no function with two parameters outside the fix")
+    path, span = rng.choice(spans)
+    text = snapshot[path]
+    lines = text.splitlines(keepends=True)
+    head = lines[span.node.lineno - 1]
+    match = re.fullmatch(r"(\s*)def (\w+)\((.*)\):\n", head)
+    if match is None:
+        raise NoiseNotApplicable(f"{span.qualname}: signature is not on one line")
+    indent, name, params = match.groups()
+    exploded = (
+        [f"{indent}def {name}("] + [f"{indent}    {p.strip()}," for p in params.split(",")] + [f"{indent}):"]
+    )
+    lines[span.node.lineno - 1] = "".join(line + "\n" for line in exploded)
+    new_text = "".join(lines)
+    if not _same_ast(text, new_text):
+        raise NoiseNotApplicable(f"{span.qualname}: signature cannot be split safely")
+    return {**snapshot, path: new_text}
+
+
+def dead_code(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """An unused copy of the fixed function, kept "for reference" at the end of its module."""
+    path, span = rng.choice(_spans(snapshot, ctx, gold=True))
+    text = snapshot[path]
+    body = text.splitlines(keepends=True)[span.start - 1 : span.end]
+    copy = "".join(body).replace(f"def {span.node.name}(", f"def _old_{span.node.name}(", 1)
+    return {**snapshot, path: text.rstrip("\n") + "\n\n\n" + copy}
+
+
+def defensive_check(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """A widened scope: a ``None`` guard on the first parameter of a function the fix does not touch."""
+    spans = [(p, s) for p, s in _spans(snapshot, ctx, gold=False) if s.node.args.args]
+    if not spans:
+        raise NoiseNotApplicable("no function with a parameter outside the fix")
+    path, span = rng.choice(spans)
+    stmt = _first_statement(span)
+    arg, pad = span.node.args.args[0].arg, " " * stmt.col_offset
+    guard = [f"{pad}if {arg} is None:", f'{pad}    raise TypeError("{arg} must not be None")']
+    return {**snapshot, path: _insert(snapshot[path], stmt.lineno, guard)}
+
+
+def _bump_version(text: str) -> str:
+    def bump(m: re.Match[str]) -> str:
+        return f'{m.group(1)}"{m.group(2)}.{int(m.group(3)) + 1}"'
+
+    return re.sub(r'((?:__version__|version) = )"(\d+\.\d+)\.(\d+)"', bump, text, count=1)
+
+
+def unrelated_file(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """An edit in a file the fix does not touch: a version bump, or a note in the README."""
+    paths = sorted(p for p in snapshot if p not in ctx.gold_paths and not p.startswith("tests/"))
+    if not paths:
+        raise NoiseNotApplicable("no file outside the fix")
+    path = rng.choice(paths)
+    text = snapshot[path]
+    new_text = _bump_version(text)
+    if new_text == text:
+        marker = "# " if path.endswith((".py", ".toml", ".cfg")) else ""
+        new_text = text.rstrip("\n") + f"\n\n{marker}See the changelog for recent fixes.\n"
+    return {**snapshot, path: new_text}
+
+
+Transform = Callable[[dict[str, str], _Context, random.Random], dict[str, str]]
+NOISE_KINDS: dict[NoiseKind, Transform] = {
+    NoiseKind.DEBUG_PRINT: debug_print,
+    NoiseKind.COMMENT: comment,
+    NoiseKind.RENAME_LOCAL: rename_local,
+    NoiseKind.REFORMAT: reformat,
+    NoiseKind.DEAD_CODE: dead_code,
+    NoiseKind.DEFENSIVE_CHECK: defensive_check,
+    NoiseKind.UNRELATED_FILE: unrelated_file,
+}
+"""Every kind of unnecessary modification, in a fixed order."""
+
+
+def add_noise(
+    task: Task,
+    patch: str,
+    kinds: Sequence[NoiseKind | str] | None = None,
+    rng: random.Random | int = 0,
+    snapshot: Mapping[str, str] | None = None,
+) -> str:
+    """``patch`` plus the unnecessary modifications ``kinds``, as one unified diff of the repository.
+
+    Args:
+        kinds: kinds to apply in order; None applies every kind that has something to act on.
+        rng: a ``random.Random`` or a seed; the result is a function of it.
+        snapshot: the repository files; default the task's bundled snapshot.
+
+    Raises:
+        NoiseNotApplicable: if an explicitly requested kind has nothing to act on.
+        ValueError: on an unknown kind or a task without files.
+    """
+    base = snapshot if snapshot is not None else task.snapshot
+    if base is None:
+        raise ValueError(f"task {task.instance_id}: no bundled snapshot; pass the repository files")
+    rng = rng if isinstance(rng, random.Random) else random.Random(rng)
+    scopes = changed_scopes(base, patch)
+    ctx = _Context(frozenset(s for _, s in scopes), frozenset(p for p, _ in scopes))
+    fixed = apply_diff(base, patch)
+    for kind in kinds if kinds is not None else list(NOISE_KINDS):
+        transform = NOISE_KINDS[NoiseKind(kind)]
+        try:
+            fixed = transform(fixed, ctx, rng)
+        except NoiseNotApplicable as exc:
+            if kinds is not None:
+                raise NoiseNotApplicable(f"{NoiseKind(kind)}: {exc}") from None
+    return make_diff(base, fixed)

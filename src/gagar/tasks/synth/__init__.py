@@ -1,0 +1,1 @@
+"""Parts of task synthesis from real libraries; the entry point is :mod:`gagar.tasks.synthesize`."""

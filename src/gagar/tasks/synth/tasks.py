@@ -1,0 +1,168 @@
+"""From a killed mutant to a verified Task: test lists, problem statement, gold patch, verification."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gagar.sandbox.results import Outcome
+from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.mutate import Mutation
+from gagar.tasks.schema import Environment, Task
+from gagar.tasks.synth.runner import PytestRun, TestSuite
+from gagar.tasks.testrun import write_snapshot
+
+__all__ = ["MutantSource", "classify", "make_task", "problem_statement", "stable_passing", "verify_task"]
+
+_FAILING = (Outcome.FAILED, Outcome.ERROR)
+
+
+@dataclass(frozen=True)
+class MutantSource:
+    """A mutation of one file of the project."""
+
+    path: str
+    """File path relative to the project root."""
+    original: str
+    mutation: Mutation
+
+    @property
+    def mutant(self) -> str:
+        return self.mutation.apply(self.original)
+
+
+def stable_passing(runs: Sequence[PytestRun]) -> set[str]:
+    """Tests that passed in every run, leaving out whole test functions whose parametrized ids
+    changed between runs (ids built from unordered data cannot be matched across processes)."""
+
+    def ids_by_function(run: PytestRun) -> dict[str, set[str]]:
+        grouped: dict[str, set[str]] = {}
+        for test in run.outcomes:
+            grouped.setdefault(test.split("[", 1)[0], set()).add(test)
+        return grouped
+
+    grouped = [ids_by_function(run) for run in runs]
+    unstable = {f for f in grouped[0] if any(g.get(f) != grouped[0][f] for g in grouped[1:])}
+    passing = set.intersection(*(run.passed for run in runs))
+    return {t for t in passing if t.split("[", 1)[0] not in unstable}
+
+
+def classify(stable_passing: set[str], run: PytestRun) -> tuple[list[str], list[str]] | None:
+    """(FAIL_TO_PASS, PASS_TO_PASS) of a mutant run, both sorted; None if the run is not usable.
+
+    A run is usable when it finished, collected everything and reported every test that
+    passes on the original. FAIL_TO_PASS are those that failed or errored; PASS_TO_PASS those
+    that still pass. Tests the mutant turned into skips are in neither list.
+    """
+    if run.broken or not stable_passing <= run.outcomes.keys():
+        return None
+    fail = sorted(t for t in stable_passing if run.outcomes[t] in _FAILING)
+    keep = sorted(t for t in stable_passing if run.outcomes[t] is Outcome.PASSED)
+    return fail, keep
+
+
+def _first_line(message: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def problem_statement(project: str, test_cmd: str, failing: list[str], messages: Mapping[str, str]) -> str:
+    """A user's report of the failing tests: their names and error messages, never the fix."""
+    shown = failing[:5]
+    lines = [
+        f"Some of {project}'s own tests fail.",
+        "",
+        f"Running `{test_cmd}` from the repository root, {len(failing)} test(s) fail:",
+        "",
+    ]
+    for test in shown:
+        lines.append(f"- `{test}`")
+        if messages.get(test):
+            lines.append(f"  {_first_line(messages[test])}")
+    if len(failing) > len(shown):
+        lines.append(f"- ... and {len(failing) - len(shown)} more")
+    lines += [
+        "",
+        "The tests describe the intended behaviour. Please fix the library code so that they pass",
+        "again, without changing the tests and without breaking the tests that pass now.",
+    ]
+    return "\n".join(lines)
+
+
+def make_task(
+    *,
+    instance_id: str,
+    project: str,
+    snapshot: Mapping[str, str],
+    mutant: MutantSource,
+    fail_to_pass: list[str],
+    pass_to_pass: list[str],
+    messages: Mapping[str, str],
+    suite: TestSuite,
+    requirements: list[str],
+) -> Task:
+    """The task whose repository is ``snapshot`` with the mutant applied and whose gold patch undoes it.
+
+    ``synthesis`` (an extra field) records how the bug was made; it is metadata for analysis
+    and must not be shown to the policy.
+    """
+    buggy = {**snapshot, mutant.path: mutant.mutant}
+    patch = make_diff({mutant.path: mutant.mutant}, {mutant.path: mutant.original})
+    m = mutant.mutation
+    return Task(
+        instance_id=instance_id,
+        repo=f"pypi/{project.split('==')[0]}",
+        snapshot=buggy,
+        problem_statement=problem_statement(project, suite.test_cmd, fail_to_pass, messages),
+        patch=patch,
+        FAIL_TO_PASS=fail_to_pass,
+        PASS_TO_PASS=pass_to_pass,
+        environment=Environment(requirements=requirements),
+        test_cmd=suite.test_cmd,
+        synthesis={
+            "source": project,
+            "operator": m.operator,
+            "path": mutant.path,
+            "function": m.function,
+            "line": m.line,
+            "description": m.description,
+        },
+    )
+
+
+def _run_snapshot(suite: TestSuite, files: Mapping[str, str], timeout_s: float) -> PytestRun:
+    with tempfile.TemporaryDirectory(prefix="gagar-synth-verify-") as tmp:
+        write_snapshot(files, Path(tmp))
+        return suite.run(Path(tmp), timeout_s)
+
+
+def verify_task(task: Task, suite: TestSuite, original: Mapping[str, str], timeout_s: float) -> list[str]:
+    """Re-run the task from its own record; returns what is wrong with it (empty: verified).
+
+    Checks that the bundled (buggy) snapshot fails every FAIL_TO_PASS test and passes every
+    PASS_TO_PASS test, that the gold patch restores ``original``, and that with the gold patch
+    applied every FAIL_TO_PASS and PASS_TO_PASS test passes.
+    """
+    if task.snapshot is None:
+        raise ValueError(f"{task.instance_id}: a synthesized task must bundle its snapshot")
+    problems: list[str] = []
+    fixed = apply_diff(task.snapshot, task.patch)
+    if fixed != dict(original):
+        problems.append("the gold patch does not restore the original sources")
+    buggy_run = _run_snapshot(suite, task.snapshot, timeout_s)
+    if buggy_run.broken:
+        return [*problems, f"the buggy snapshot's test run broke:\n{buggy_run.log_tail[-800:]}"]
+    still_passing = [t for t in task.FAIL_TO_PASS if buggy_run.outcomes.get(t) not in _FAILING]
+    if still_passing:
+        problems.append(f"FAIL_TO_PASS tests do not fail on the buggy snapshot: {still_passing[:5]}")
+    if any(buggy_run.outcomes.get(t) is not Outcome.PASSED for t in task.PASS_TO_PASS):
+        problems.append("some PASS_TO_PASS tests do not pass on the buggy snapshot")
+    fixed_run = _run_snapshot(suite, fixed, timeout_s)
+    not_fixed = [
+        t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if fixed_run.outcomes.get(t) is not Outcome.PASSED
+    ]
+    if not_fixed:
+        problems.append(f"tests that do not pass with the gold patch: {not_fixed[:5]}")
+    return problems
