@@ -430,10 +430,17 @@ class SamplingCounts:
     dropped_groups: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in DropReason})
 
     def as_metrics(self) -> dict[str, float]:
-        """Flat ``sampling/…`` metrics."""
-        flat = {f"sampling/{k}": float(v) for k, v in vars(self).items() if isinstance(v, int)}
-        flat.update({f"sampling/dropped/{k}": float(v) for k, v in self.dropped_groups.items()})
-        return flat
+        """Flat ``sampling/…`` metrics (the keys :func:`gagar.metrics.record_step` knows)."""
+        flat = {
+            "sampling/gen_batches": self.gen_batches,
+            "sampling/trajectories_generated": self.generated_trajectories,
+            "sampling/groups_generated": self.generated_groups,
+            "sampling/trajectories_kept": self.kept_trajectories,
+            "sampling/groups_kept": self.kept_groups,
+            "sampling/infra_error_trajectories": self.infra_error_trajectories,
+        }
+        flat.update({f"sampling/dropped/{k}": v for k, v in self.dropped_groups.items()})
+        return {k: float(v) for k, v in flat.items()}
 
 
 def filter_generation_batch(

@@ -119,3 +119,10 @@ def test_cli_generate_writes_tasks_and_a_summary(tmp_path: Path):
     bad = CliRunner().invoke(cli, ["tasks", "generate", "--n", "1", "--out", str(out), "--split", "dev"])
     assert bad.exit_code != 0
     assert "train" in bad.output
+
+
+def test_unverified_generation_predicts_what_pytest_finds():
+    """SFT data skips the pytest runs; its test lists must equal the verified ones."""
+    fast = generate_tasks(6, seed=3, verify=False)
+    slow = generate_tasks(6, seed=3)
+    assert [t.model_dump() for t in fast] == [t.model_dump() for t in slow]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from gagar import __version__
-from gagar.cli import advantages, sandbox
+from gagar.cli import advantages, grader, pipeline, policy, run, sandbox, tasks
+from gagar.cli.synthesize import synthesize
+from gagar.cli.train import train
 
 __all__ = ["app", "main"]
 
@@ -34,7 +36,17 @@ def _root(
 
 
 app.command("advantages")(advantages.advantages)
+app.add_typer(tasks.app, name="tasks")
+tasks.app.command("synthesize")(synthesize)
 app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(grader.app, name="grader")
+app.add_typer(policy.app, name="policy")
+app.command("rollout")(policy.rollout)
+app.command("grade")(grader.grade)
+app.command("train")(train)
+app.command("run")(run.run)
+app.add_typer(pipeline.app, name="pipeline")
+app.command("schedule")(run.schedule)
 
 
 def main() -> None:

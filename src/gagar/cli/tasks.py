@@ -27,12 +27,17 @@ def generate(
     out: Path = typer.Option(..., "--out", dir_okay=False, help="Output file (.jsonl or .parquet)."),
     split: str = typer.Option("train", "--split", help="train or heldout; they never share a repository."),
     workers: int = typer.Option(1, "--workers", min=1, help="Processes generating in parallel."),
+    verify: bool = typer.Option(
+        True, "--verify/--no-verify", help="Run pytest for FAIL_TO_PASS; --no-verify is for SFT data only."
+    ),
 ) -> None:
     """Generate buggy packages with gold patches; FAIL_TO_PASS comes from real pytest runs."""
     if split not in ("train", "heldout"):
         raise typer.BadParameter("must be 'train' or 'heldout'", param_hint="--split")
     chosen: Split = "train" if split == "train" else "heldout"
     with tqdm(total=n, desc="tasks", unit="task") as bar:
-        tasks = generate_tasks(n, seed, chosen, workers=workers, progress=lambda _: bar.update(1))
+        tasks = generate_tasks(
+            n, seed, chosen, workers=workers, progress=lambda _: bar.update(1), verify=verify
+        )
     write_tasks(out, tasks)
     typer.echo(f"{summary_line(tasks)} -> {out}")

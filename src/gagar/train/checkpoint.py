@@ -273,10 +273,12 @@ class CheckpointManager:
         scheduler: Any | None = None,
         extra_state: dict[str, Any] | None = None,
         rng: bool = True,
+        tokenizer: Any | None = None,
     ) -> Checkpoint:
         """Write the checkpoint of ``step`` atomically, then prune to ``keep_last``.
 
         An existing checkpoint of the same step is replaced. ``extra_state`` must be JSON-serialisable.
+        A ``tokenizer`` is saved beside the weights, so ``model/`` loads as a Hugging Face policy.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -285,6 +287,8 @@ class CheckpointManager:
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:06d}-", dir=self.root))
         try:
             fmt = _save_model(model, tmp / "model")
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp / "model")
             if optimizer is not None:
                 torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
             if scheduler is not None:
@@ -362,6 +366,13 @@ class CheckpointManager:
                 raise CheckpointError(f"{ckpt.path}: saved without RNG state; load it with rng=False")
             _set_rng_state(json.loads((ckpt.path / "rng.json").read_text(encoding="utf-8")))
         return LoadedState(step=state["step"], extra_state=state["extra"], checkpoint=ckpt)
+
+    def load_optimizer(self, ckpt: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
+        """Restore only the optimizer state of ``ckpt`` (the weights come from elsewhere)."""
+        path = ckpt.path / "optimizer.pt"
+        if not path.is_file():
+            raise CheckpointError(f"{ckpt.path}: has no optimizer.pt; it was saved without one")
+        optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""``gagar grader sft|eval`` (train and measure the learned grader) and ``gagar grade`` (grade a rollout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gagar.grader.run import GraderKind
+
+__all__ = ["app", "grade"]
+
+app = typer.Typer(name="grader", help="Train and evaluate the learned grader.", no_args_is_help=True)
+
+_FILE = {"exists": True, "dir_okay": False}
+
+
+@app.command("sft")
+def sft(
+    tasks: Path = typer.Option(..., **_FILE, help="Tasks JSONL (bundled files give oracle labels)."),
+    out: Path = typer.Option(..., file_okay=False, help="Folder to save the learned grader in."),
+    trajectories: Path | None = typer.Option(None, **_FILE, help="Rollout trajectories JSONL."),
+    results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
+    judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
+    groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    epochs: int = typer.Option(300, min=1, help="Training epochs (full batch)."),
+    seed: int = typer.Option(0, help="Seed of the noise groups and the model."),
+) -> None:
+    """Build labelled groups and SFT-train the learned grader on them."""
+    from gagar.grader.learned import ScorerConfig
+    from gagar.grader.sft import load_labelled_groups, train_grader
+
+    try:
+        groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    train_grader(groups, out, ScorerConfig(epochs=epochs, seed=seed))
+    typer.echo(f"trained on {len(groups)} groups; saved to {out}")
+
+
+@app.command("eval")
+def eval_(
+    tasks: Path = typer.Option(..., **_FILE, help="Held-out tasks JSONL."),
+    grader: GraderKind = typer.Option(GraderKind.LEARNED, help="Which grader to evaluate."),
+    grader_model: Path | None = typer.Option(None, file_okay=False, help="Learned grader folder."),
+    endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
+    trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
+    results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
+    judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
+    groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    seed: int = typer.Option(1, help="Seed of the noise groups."),
+) -> None:
+    """Report Kendall's tau and top-1 accuracy of a grader against held-out labels."""
+    from gagar.grader.run import make_grader
+    from gagar.grader.sft import evaluate, load_labelled_groups
+
+    try:
+        groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
+        chosen = make_grader(grader, model_dir=grader_model, endpoint=endpoint)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(evaluate(chosen, groups).line())
+
+
+def grade(
+    tasks: Path = typer.Option(..., **_FILE, help="Tasks JSONL."),
+    trajectories: Path = typer.Option(..., **_FILE, help="Trajectories JSONL (with group_id, model_patch)."),
+    results: Path = typer.Option(..., **_FILE, help="Sandbox results JSONL."),
+    out: Path = typer.Option(..., dir_okay=False, help="Where to write grades.jsonl."),
+    workspace: Path = typer.Option(..., file_okay=False, help="Root of the shared group workspaces."),
+    grader: GraderKind = typer.Option(GraderKind.HEURISTIC, help="Which grader ranks the candidates."),
+    grader_model: Path | None = typer.Option(None, file_okay=False, help="Learned grader folder."),
+    endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
+    model: str | None = typer.Option(None, help="Model name at --endpoint; default the first it lists."),
+    api: str = typer.Option("chat", help="Endpoint flavour: chat or completions."),
+    max_steps: int = typer.Option(8, min=1, help="Most tool-calling turns of the llm grader."),
+    timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
+    position_guard: float | None = typer.Option(
+        None, help="Grade twice in opposite orders; tie when the Kendall distance exceeds this."
+    ),
+    repos_dir: Path | None = typer.Option(None, file_okay=False, help="Local clones for base_commit tasks."),
+) -> None:
+    """Rank the passing trajectories of every group; a failing grader ties the group (plain GRPO)."""
+    from gagar.grader.base import PositionGuard
+    from gagar.grader.run import grade_files, make_grader
+
+    if api not in ("chat", "completions"):
+        raise typer.BadParameter("must be 'chat' or 'completions'", param_hint="--api")
+    try:
+        chosen = make_grader(
+            grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
+            max_steps=max_steps, timeout_s=timeout,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    guard = PositionGuard(position_guard) if position_guard is not None else None
+    metrics = grade_files(chosen, tasks, trajectories, results, out, workspace, guard, repos_dir)
+    typer.echo(metrics.summary())

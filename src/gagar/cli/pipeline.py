@@ -1,0 +1,71 @@
+"""``gagar pipeline compile|upload``: the Kubeflow pipelines as YAML, and into a KFP server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gagar import __version__
+from gagar.pipeline.images import DEFAULT_REGISTRY
+
+__all__ = ["app"]
+
+app = typer.Typer(name="pipeline", help="Compile and upload the Kubeflow pipelines.", no_args_is_help=True)
+
+HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
+
+
+@app.command("compile")
+def compile_(
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="YAML file to write."),
+    pipeline: str = typer.Option("rl", "--pipeline", help="rl, grader-sft or evaluation."),
+    steps_per_run: int = typer.Option(1, "--steps-per-run", min=1, help="RL steps each run (rl only)."),
+    image_registry: str = typer.Option(DEFAULT_REGISTRY, help="Registry of the stage images."),
+    image_tag: str = typer.Option(__version__, help="Tag of the stage images."),
+    store_secret: str = typer.Option(
+        "mlpipeline-minio-artifact", help="Secret with the S3 keys ('' passes none, e.g. with IRSA)."
+    ),
+    settings_configmap: str = typer.Option(
+        "gagar-settings", help="The chart's settings ConfigMap, <release>-settings ('' for none)."
+    ),
+    gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="One GPU for the rollout and train tasks."),
+    timeout_s: int = typer.Option(6 * 3600, min=1, help="Deadline of every task, in seconds."),
+    retries: int = typer.Option(2, min=0, help="Retries of a failed task (never the train task)."),
+) -> None:
+    """Compile a pipeline to the YAML the Kubeflow UI uploads."""
+    from gagar.pipeline.build import compile_pipeline, executor_images
+    from gagar.pipeline.platform import PlatformOptions
+
+    try:
+        options = PlatformOptions(
+            image_registry=image_registry,
+            image_tag=image_tag,
+            store_secret=store_secret or None,
+            settings_configmap=settings_configmap or None,
+            gpus=(("rollout", 1), ("train", 1)) if gpus else (),
+            timeout_s=timeout_s,
+            retries=retries,
+        )
+        path = compile_pipeline(pipeline, out, steps_per_run=steps_per_run, options=options)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    images = sorted(set(executor_images(path).values()))
+    typer.echo(f"wrote {path} ({pipeline}, {len(images)} images: {', '.join(images)})")
+
+
+@app.command("upload")
+def upload(
+    host: str = typer.Option(..., "--host", envvar="GAGAR_KFP_HOST", help=HOST_HELP),
+    package: Path = typer.Option(..., "--package", exists=True, dir_okay=False, help="Compiled YAML."),
+    name: str = typer.Option("gagar-rl", "--name", help="Pipeline name in KFP."),
+    version: str = typer.Option(..., "--version", help="Name of the new pipeline version."),
+) -> None:
+    """Upload a compiled pipeline as a new version (creating the pipeline when missing)."""
+    from gagar.pipeline.client import connect
+    from gagar.pipeline.client import upload as upload_package
+
+    pipeline_id, version_id = upload_package(connect(host), package, name, version)
+    typer.echo(
+        f"uploaded {package} as {name} version {version} (pipeline {pipeline_id}, version {version_id})"
+    )

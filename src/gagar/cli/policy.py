@@ -1,0 +1,120 @@
+"""``gagar policy``: train the pre-RL policy, serve it, and (wired top-level) ``gagar rollout``."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+
+__all__ = ["app", "rollout"]
+
+app = typer.Typer(
+    help="The policy: SFT to the pre-RL checkpoint, a local completions server.", no_args_is_help=True
+)
+
+
+class Backend(StrEnum):
+    """Generation backends for ``gagar rollout``."""
+
+    HF = "hf"
+    VLLM = "vllm"
+    OPENAI = "openai"
+
+
+@app.command()
+def sft(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Training tasks (JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Output directory: the policy in Hugging Face format."),
+    steps: int = typer.Option(1500, help="Optimizer steps."),
+    batch_size: int = typer.Option(16, help="Demonstrations per step."),
+    lr: float = typer.Option(2e-3, help="Peak learning rate."),
+    noise_share: float = typer.Option(0.5, help="Share of demonstrations with unnecessary modifications."),
+    init_policy: Path | None = typer.Option(None, help="A Hugging Face checkpoint to fine-tune instead."),
+    seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
+    threads: int | None = typer.Option(None, help="torch CPU threads."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
+) -> None:
+    """Train the policy on demonstrations built from the tasks' gold patches."""
+    from gagar.policy.sft import SFTConfig, train_sft
+    from gagar.records import read_records
+    from gagar.tasks.schema import Task
+
+    config = SFTConfig(
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        noise_share=noise_share,
+        seed=seed,
+        num_threads=threads,
+        init_policy=str(init_policy) if init_policy else None,
+    )
+    result = train_sft(read_records(tasks, Task), out, config, resume=resume)
+    typer.echo(
+        f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy; "
+        f"final loss {result.losses[-1]:.3f}; {result.seconds:.0f} s)"
+    )
+
+
+@app.command()
+def serve(
+    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
+    port: int = typer.Option(8000, help="Port on 127.0.0.1."),
+) -> None:
+    """Serve the policy as an OpenAI-compatible /v1/completions endpoint on loopback until interrupted."""
+    import time
+
+    from gagar.policy.generation import HFBackend
+    from gagar.policy.model import load_policy
+    from gagar.policy.server import running_server
+
+    model, tokenizer = load_policy(policy)
+    with running_server(HFBackend(model, tokenizer), tokenizer, policy.name, port) as url:
+        typer.echo(f"serving {policy} at {url}")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+def rollout(
+    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
+    tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Tasks (JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Trajectories (JSONL), written atomically."),
+    group_size: int = typer.Option(4, "--group-size", help="Answers sampled per task (G)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
+    max_new_tokens: int = typer.Option(256, help="Most tokens per answer."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    step: int = typer.Option(0, help="RL step recorded in the trajectories."),
+    backend: Backend = typer.Option(Backend.HF, help="Generation backend."),
+    endpoint: str | None = typer.Option(None, help="Base URL (…/v1) for --backend openai."),
+    model_name: str | None = typer.Option(
+        None, help="Served model name (openai backend; default: DIR name)."
+    ),
+) -> None:
+    """Sample GROUP_SIZE answers per task and write them as trajectories."""
+    from gagar.policy.rollout import make_backend
+    from gagar.policy.rollout import rollout as run_rollout
+    from gagar.policy.trajectory import SamplingParams
+    from gagar.records import read_records, write_records
+    from gagar.tasks.schema import Task
+
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
+    gen, tokenizer = make_backend(str(policy), backend.value, endpoint, model_name)
+    trajectories = list(
+        run_rollout(
+            read_records(tasks, Task),
+            gen,
+            tokenizer,
+            group_size,
+            params,
+            step=step,
+            policy_version=str(policy),
+        )
+    )
+    write_records(out, trajectories)
+    parsed = sum(t.parse_error is None for t in trajectories)
+    typer.echo(json.dumps({"trajectories": len(trajectories), "parsed": parsed, "out": str(out)}))

@@ -1,0 +1,152 @@
+"""Grade a rollout: group the trajectories, lay out each group's workspace, rank, write grades.jsonl.
+
+A group whose workspace cannot be built (a task whose repository is not available, say) gets a
+tie with reason ``workspace_error``; nothing about one group stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from tqdm import tqdm
+
+from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
+from gagar.grader.grade import Grade, tie_grade
+from gagar.grader.heuristic import HeuristicGrader
+from gagar.grader.llm import LLMGrader
+from gagar.grader.llm_client import ChatClient
+from gagar.grader.workspace import CandidateInput, build_group_workspace
+from gagar.policy.trajectory import Trajectory
+from gagar.records import read_records, write_records
+from gagar.sandbox.results import TestResult
+from gagar.tasks.schema import Task
+
+__all__ = ["GraderKind", "discover_model", "grade_files", "grade_groups", "make_grader"]
+
+
+class GraderKind(StrEnum):
+    """The graders ``gagar grade`` can run."""
+
+    HEURISTIC = "heuristic"
+    LEARNED = "learned"
+    LLM = "llm"
+
+
+def discover_model(endpoint: str, timeout: float = 10.0) -> str:
+    """The first model an OpenAI-compatible server lists at ``GET /models``."""
+    with urllib.request.urlopen(endpoint.rstrip("/") + "/models", timeout=timeout) as response:
+        data = json.loads(response.read())
+    try:
+        return str(data["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise ValueError(f"{endpoint}/models lists no model") from None
+
+
+def make_grader(
+    kind: GraderKind | str,
+    *,
+    model_dir: Path | None = None,
+    endpoint: str | None = None,
+    model: str | None = None,
+    api: Literal["chat", "completions"] = "chat",
+    max_steps: int = 8,
+    timeout_s: float = 300.0,
+) -> Grader:
+    """The grader ``kind``, configured; raises ValueError naming the missing option."""
+    kind = GraderKind(kind)
+    if kind is GraderKind.HEURISTIC:
+        return HeuristicGrader()
+    if kind is GraderKind.LEARNED:
+        if model_dir is None:
+            raise ValueError("the learned grader needs --grader-model DIR")
+        from gagar.grader.learned import LearnedGrader  # torch: imported only when asked for
+
+        return LearnedGrader.load(model_dir)
+    if endpoint is None:
+        raise ValueError("the llm grader needs --endpoint URL (an OpenAI-compatible /v1 base URL)")
+    client = ChatClient(endpoint, model or discover_model(endpoint), api=api)
+    return LLMGrader(client, max_steps=max_steps, request_timeout_s=timeout_s, total_timeout_s=timeout_s)
+
+
+def grade_groups(
+    grader: Grader,
+    tasks: dict[str, Task],
+    trajectories: Sequence[Trajectory],
+    results: dict[str, TestResult],
+    workspace_root: Path,
+    guard: PositionGuard | None = None,
+    repos_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[list[Grade], GraderMetrics]:
+    """One grade per group of ``trajectories``, in order of first appearance, and the metrics.
+
+    Raises:
+        ValueError: if a trajectory names a task that is not in ``tasks``.
+    """
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        if t.instance_id not in tasks:
+            raise ValueError(f"trajectory {t.trajectory_id!r}: task {t.instance_id!r} is not in the tasks")
+        groups.setdefault(t.group_id, []).append(t)
+    metrics = GraderMetrics()
+    grades = []
+    for group_id, members in tqdm(groups.items(), desc="grading", unit="group", disable=not progress):
+        task = tasks[members[0].instance_id]
+        grades.append(
+            _grade_one(grader, task, group_id, members, results, workspace_root, guard, repos_dir, metrics)
+        )
+    return grades, metrics
+
+
+def _grade_one(
+    grader: Grader,
+    task: Task,
+    group_id: str,
+    members: list[Trajectory],
+    results: dict[str, TestResult],
+    workspace_root: Path,
+    guard: PositionGuard | None,
+    repos_dir: Path | None,
+    metrics: GraderMetrics,
+) -> Grade:
+    found = {m.trajectory_id: r for m in members if (r := results.get(m.trajectory_id)) is not None}
+    passed = {tid: r.resolved for tid, r in found.items()}
+    candidates = [CandidateInput(m.trajectory_id, m.model_patch, found.get(m.trajectory_id)) for m in members]
+    start = time.monotonic()
+    try:
+        ws = build_group_workspace(workspace_root, group_id, task, candidates, passed, repos_dir)
+    except Exception as exc:  # one unbuildable group must not stop the rest
+        passing = [t for t, ok in passed.items() if ok]
+        elapsed = time.monotonic() - start
+        grade = tie_grade(group_id, passing, "workspace_error", detail=str(exc)[:1000], duration_s=elapsed)
+        metrics.add(grade)
+        return grade
+    return grade_group(grader, ws, guard, metrics)
+
+
+def grade_files(
+    grader: Grader,
+    tasks_path: Path,
+    trajectories_path: Path,
+    results_path: Path,
+    out_path: Path,
+    workspace_root: Path,
+    guard: PositionGuard | None = None,
+    repos_dir: Path | None = None,
+    progress: bool = True,
+) -> GraderMetrics:
+    """Read the three JSONL inputs, grade every group, write the grades atomically to ``out_path``."""
+    tasks = {t.instance_id: t for t in read_records(tasks_path, Task)}
+    trajectories = read_records(trajectories_path, Trajectory)
+    results = {r.trajectory_id: r for r in read_records(results_path, TestResult)}
+    grades, metrics = grade_groups(
+        grader, tasks, trajectories, results, workspace_root, guard, repos_dir, progress=progress
+    )
+    write_records(out_path, grades)
+    return metrics

@@ -1,0 +1,245 @@
+"""Grader SFT data and evaluation: labelled groups, their features, and agreement with the labels.
+
+Labelled groups come from two sources:
+
+- **generated tasks**: the gold patch plus variants with unnecessary modifications from
+  :mod:`gagar.tasks.noise` (all pass the tests by construction), labelled by the patch-quality
+  oracle (:func:`gagar.tasks.oracle.score_patch`);
+- **rollouts**: the passing trajectories of each group, labelled by a judgement file (Grade
+  records, e.g. from people or a strong model) or else by the oracle when the task bundles its files.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
+from gagar.grader.features import group_features
+from gagar.grader.grade import Grade
+from gagar.grader.kendall import kendall_tau_b, mean_ignoring_nan, scores_from_ranking, top1_correct
+from gagar.grader.learned import LearnedGrader, ScorerConfig, TrainingGroup, save_scorer, train_scorer
+from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace
+from gagar.policy.trajectory import Trajectory
+from gagar.records import read_records
+from gagar.sandbox.results import TestResult
+from gagar.tasks.noise import NOISE_KINDS, NoiseNotApplicable, add_noise
+from gagar.tasks.oracle import score_patch
+from gagar.tasks.schema import Task
+
+__all__ = [
+    "EvalReport",
+    "LabelledGroup",
+    "evaluate",
+    "load_labelled_groups",
+    "noise_groups",
+    "rollout_groups",
+    "train_grader",
+    "training_groups",
+]
+
+
+@dataclass(frozen=True)
+class LabelledGroup:
+    """A group of passing candidates with a quality label each (higher is better)."""
+
+    group_id: str
+    task: Task
+    candidates: list[CandidateInput]
+    labels: dict[str, float]
+
+    def workspace(self, root: Path) -> GroupWorkspace:
+        """Lay the group out under ``root`` (every candidate counts as passing)."""
+        passed = dict.fromkeys(self.labels, True)
+        return build_group_workspace(root, self.group_id, self.task, self.candidates, passed)
+
+
+def _variant(task: Task, rng: random.Random) -> str | None:
+    kinds = rng.sample(list(NOISE_KINDS), rng.randint(1, 3))
+    try:
+        return add_noise(task, task.patch, kinds, rng=rng.randrange(1 << 30))
+    except NoiseNotApplicable:
+        return None
+
+
+def noise_groups(
+    tasks: Sequence[Task], groups_per_task: int = 3, size: int = 5, seed: int = 0, gold_share: float = 0.7
+) -> list[LabelledGroup]:
+    """Groups of the gold patch (in a ``gold_share`` of groups) and noisy variants, oracle-labelled.
+
+    Candidate ids are ``<group>/c<i>`` in a shuffled order, so position says nothing about quality.
+    """
+    out = []
+    for task in tasks:
+        for g in range(groups_per_task):
+            rng = random.Random(f"{seed}:{task.instance_id}:{g}")
+            patches = [task.patch] if rng.random() < gold_share else []
+            for _ in range(4 * size):
+                if len(patches) >= size:
+                    break
+                patch = _variant(task, rng)
+                if patch is not None and patch not in patches:
+                    patches.append(patch)
+            rng.shuffle(patches)
+            group_id = f"{task.instance_id}/g{g}"
+            ids = [f"{group_id}/c{i}" for i in range(len(patches))]
+            labels = {t: score_patch(task, p).quality for t, p in zip(ids, patches, strict=True)}
+            candidates = [CandidateInput(t, p) for t, p in zip(ids, patches, strict=True)]
+            if len(candidates) >= 2:
+                out.append(LabelledGroup(group_id, task, candidates, labels))
+    return out
+
+
+def rollout_groups(
+    tasks: Mapping[str, Task],
+    trajectories: Iterable[Mapping[str, str]],
+    results: Mapping[str, TestResult],
+    judgements: Mapping[str, Grade] | None = None,
+) -> list[LabelledGroup]:
+    """Labelled groups of the passing trajectories of rollouts (dicts with ``trajectory_id``,
+    ``instance_id``, ``group_id``, ``model_patch``).
+
+    A group's labels come from its judgement (``-rank``) when one is given, else from the oracle
+    when its task bundles a snapshot; groups with fewer than two passing members or no label source
+    are left out.
+    """
+    by_group: dict[str, list[Mapping[str, str]]] = {}
+    for t in trajectories:
+        result = results.get(t["trajectory_id"])
+        if result is not None and result.resolved:
+            by_group.setdefault(t["group_id"], []).append(t)
+    out = []
+    for group_id, members in sorted(by_group.items()):
+        task = tasks[members[0]["instance_id"]]
+        ids = [m["trajectory_id"] for m in members]
+        judgement = (judgements or {}).get(group_id)
+        if judgement is not None:
+            ranks = scores_from_ranking(judgement.ranking)
+            if set(ranks) != set(ids):
+                raise ValueError(f"group {group_id!r}: judgement ranks {sorted(ranks)}, passing are {ids}")
+            labels = dict(ranks)
+        elif task.snapshot is not None:
+            labels = {m["trajectory_id"]: score_patch(task, m["model_patch"]).quality for m in members}
+        else:
+            continue
+        patches = [m["model_patch"] for m in members]
+        candidates = [CandidateInput(t, p, results[t]) for t, p in zip(ids, patches, strict=True)]
+        if len(candidates) >= 2:
+            out.append(LabelledGroup(group_id, task, candidates, labels))
+    return out
+
+
+def training_groups(
+    groups: Sequence[LabelledGroup],
+    workspace_root: Path | None = None,
+    progress: Callable[[LabelledGroup], None] | None = None,
+) -> list[TrainingGroup]:
+    """Features and labels of each group, read from its workspace (under ``workspace_root`` or a temporary
+    folder)."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="gagar-grader-") as tmp:
+        root = workspace_root or Path(tmp)
+        for group in groups:
+            ws = group.workspace(root)
+            ids = ws.passing_ids
+            out.append(TrainingGroup(group_features(ws, ids), np.array([group.labels[t] for t in ids])))
+            if progress is not None:
+                progress(group)
+    return out
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Agreement of a grader with held-out labels."""
+
+    grader: str
+    groups: int
+    kendall_tau: float
+    """Mean tau-b over the groups whose labels are not all tied."""
+    top1_accuracy: float
+    """Share of groups where every candidate the grader ranks first is among the labels' best."""
+    fallbacks: int
+
+    def line(self) -> str:
+        return (
+            f"{self.grader}: Kendall tau {self.kendall_tau:.3f}, top-1 {self.top1_accuracy:.3f} "
+            f"on {self.groups} groups ({self.fallbacks} fallbacks)"
+        )
+
+
+def evaluate(
+    grader: Grader,
+    groups: Sequence[LabelledGroup],
+    workspace_root: Path | None = None,
+    guard: PositionGuard | None = None,
+) -> EvalReport:
+    """Grade each labelled group through :func:`grade_group` and compare with its labels."""
+    taus, top1 = [], []
+    metrics = GraderMetrics()
+    with tempfile.TemporaryDirectory(prefix="gagar-grader-eval-") as tmp:
+        root = workspace_root or Path(tmp)
+        for group in groups:
+            grade = grade_group(grader, group.workspace(root), guard, metrics)
+            predicted = scores_from_ranking(grade.ranking)
+            ids = sorted(group.labels)
+            taus.append(kendall_tau_b([predicted[t] for t in ids], [group.labels[t] for t in ids]))
+            top1.append(top1_correct(predicted, group.labels))
+    return EvalReport(
+        grader=grader.name,
+        groups=len(groups),
+        kendall_tau=mean_ignoring_nan(taus),
+        top1_accuracy=sum(top1) / len(top1) if top1 else math.nan,
+        fallbacks=sum(metrics.fallbacks.values()),
+    )
+
+
+def load_labelled_groups(
+    tasks_path: Path,
+    trajectories_path: Path | None = None,
+    results_path: Path | None = None,
+    judgements_path: Path | None = None,
+    groups_per_task: int = 3,
+    seed: int = 0,
+) -> list[LabelledGroup]:
+    """Noise groups of every task with a bundled snapshot, plus rollout groups when trajectories and
+    results are given (labelled by the judgements file when given, else by the oracle).
+
+    Raises:
+        ValueError: if only one of trajectories/results is given, or nothing can be labelled.
+    """
+    tasks = read_records(tasks_path, Task)
+    groups = noise_groups([t for t in tasks if t.snapshot is not None], groups_per_task, seed=seed)
+    if (trajectories_path is None) != (results_path is None):
+        raise ValueError("rollout groups need both --trajectories and --results")
+    if trajectories_path is not None and results_path is not None:
+        judgements = None
+        if judgements_path is not None:
+            judgements = {g.group_id: g for g in read_records(judgements_path, Grade)}
+        trajectories = [t.model_dump() for t in read_records(trajectories_path, Trajectory)]
+        results = {r.trajectory_id: r for r in read_records(results_path, TestResult)}
+        groups += rollout_groups({t.instance_id: t for t in tasks}, trajectories, results, judgements)
+    if not groups:
+        raise ValueError(f"{tasks_path}: no group could be labelled (no bundled snapshots and no rollouts)")
+    return groups
+
+
+def train_grader(
+    groups: Sequence[LabelledGroup],
+    out_dir: Path,
+    config: ScorerConfig = ScorerConfig(),
+    progress: bool = True,
+) -> LearnedGrader:
+    """Featurise ``groups``, train the learned grader on them and save it to ``out_dir``."""
+    bar = tqdm(total=len(groups), desc="features", unit="group", disable=not progress)
+    data = training_groups(groups, progress=lambda _: bar.update())
+    bar.close()
+    model = train_scorer(data, config)
+    save_scorer(model, out_dir, config)
+    return LearnedGrader(model)

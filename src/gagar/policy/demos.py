@@ -1,0 +1,174 @@
+"""SFT demonstrations: a task's prompt and a SEARCH/REPLACE answer built from its gold patch.
+
+A configurable share of demonstrations carries a test-neutral unnecessary modification, so the
+pre-RL checkpoint sometimes writes clean fixes and sometimes drags in edits the oracle calls not
+clean: the behaviour GAGAR's credit redistribution then acts on. A noise kind is either one of the
+catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signature`), the default:
+the tiny policy's prompt shows only the function to fix, so the default noise is one it can
+reproduce from that view.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from gagar.policy.agent_format import answer_from_patch, build_prompt
+from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.oracle import changed_scopes
+from gagar.tasks.schema import Task
+from gagar.tasks.scopes import functions
+
+__all__ = [
+    "DEFAULT_NOISE_KINDS",
+    "SPLIT_SIGNATURE",
+    "DemoAnswer",
+    "Demonstration",
+    "demo_answers",
+    "noisy_patch",
+    "split_signature",
+    "tokenize_demos",
+]
+
+SPLIT_SIGNATURE = "split_signature"
+DEFAULT_NOISE_KINDS = (SPLIT_SIGNATURE,)
+"""The prompt shows only the function the statement names, so the default noise edits that function
+in a way predictable from the view: its signature split one parameter a line. The catalogue's kinds
+edit code the prompt does not show (other functions, imports, other files) and are not learnable
+by the tiny policy (measured: the SFT policy does not reproduce them on held-out tasks)."""
+
+_DEF_LINE = re.compile(r"(\s*)(async def|def) (\w+)\((.+)\)(\s*->\s*[^:]+)?:\n")
+
+
+def split_signature(snapshot: Mapping[str, str], patch: str) -> str:
+    """``patch`` plus the fixed function's signature split one parameter a line (the AST is unchanged).
+
+    All added lines fall inside the function the fix touches, and a one-parameter signature alone
+    adds four changed lines, so the result exceeds the oracle's size tolerance: not clean.
+
+    Raises:
+        ValueError: the fix touches no function, or its signature is not on one splittable line.
+    """
+    fixed = apply_diff(snapshot, patch)
+    targets = [(p, s) for p, s in changed_scopes(snapshot, patch) if p.endswith(".py") and "<" not in s]
+    if not targets:
+        raise ValueError("the fix touches no function")
+    path, scope = targets[0]
+    qualname = scope.removeprefix(f"{path}:")
+    text = fixed[path]
+    span = next((f for f in functions(text) if f.qualname == qualname), None)
+    if span is None:
+        raise ValueError(f"{path}:{qualname} is not a function")
+    lines = text.splitlines(keepends=True)
+    match = _DEF_LINE.fullmatch(lines[span.node.lineno - 1])
+    if match is None or any(c in match.group(4) for c in "([{*"):
+        raise ValueError(f"{path}:{qualname}: the signature is not one line of plain parameters")
+    indent, keyword, name, params, returns = match.groups()
+    exploded = [f"{indent}{keyword} {name}(\n"]
+    exploded += [f"{indent}    {p.strip()},\n" for p in params.split(",") if p.strip()]
+    exploded.append(f"{indent}){returns or ''}:\n")
+    lines[span.node.lineno - 1 : span.node.lineno] = exploded
+    new_text = "".join(lines)
+    if ast.dump(ast.parse(new_text)) != ast.dump(ast.parse(text)):
+        raise ValueError(f"{path}:{qualname}: splitting the signature changes the code")
+    return make_diff(snapshot, {**fixed, path: new_text})
+
+
+def noisy_patch(task: Task, kind: str, rng: random.Random) -> str:
+    """The gold patch plus one unnecessary modification of ``kind`` (``split_signature`` or a catalogue kind).
+
+    Raises:
+        ValueError: the kind has nothing to act on in this task, or is unknown.
+    """
+    if task.snapshot is None:
+        raise ValueError(f"{task.instance_id}: no bundled snapshot")
+    if kind == SPLIT_SIGNATURE:
+        return split_signature(task.snapshot, task.patch)
+    from gagar.tasks.noise import add_noise  # the catalogue is only needed for its kinds
+
+    return add_noise(task, task.patch, [kind], rng)
+
+
+@dataclass(frozen=True)
+class DemoAnswer:
+    """The answer text a demonstration teaches for one task."""
+
+    task: Task
+    answer: str
+    noisy: bool
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A tokenized demonstration: the loss falls on ``answer_ids`` only."""
+
+    instance_id: str
+    prompt_ids: list[int]
+    answer_ids: list[int]
+    """Answer tokens followed by the EOS token."""
+    noisy: bool
+
+
+def demo_answers(
+    tasks: Sequence[Task], noise_share: float, seed: int, noise_kinds: Sequence[str] = DEFAULT_NOISE_KINDS
+) -> tuple[list[DemoAnswer], Counter[str]]:
+    """One answer per task: the gold patch, or with probability ``noise_share`` the gold patch plus one
+    unnecessary modification of a kind drawn uniformly from ``noise_kinds``.
+
+    Returns the answers and a count of what happened (``clean``, ``noisy``, ``noise_failed``: the
+    catalogue found nothing to add, the clean answer is used; ``skipped``: no answer could be built).
+    """
+    if not 0.0 <= noise_share <= 1.0:
+        raise ValueError(f"noise_share must be in [0, 1], got {noise_share}")
+    if noise_share > 0 and not noise_kinds:
+        raise ValueError("noise_share > 0 needs at least one noise kind")
+    rng = random.Random(seed)
+    out: list[DemoAnswer] = []
+    counts: Counter[str] = Counter()
+    for task in tasks:
+        if task.snapshot is None:
+            counts["skipped"] += 1
+            continue
+        patch, noisy = task.patch, False
+        if rng.random() < noise_share:
+            try:
+                patch, noisy = noisy_patch(task, rng.choice(noise_kinds), rng), True
+            except ValueError:
+                counts["noise_failed"] += 1
+        try:
+            answer = answer_from_patch(task.snapshot, patch)
+        except ValueError:
+            counts["skipped"] += 1
+            continue
+        counts["noisy" if noisy else "clean"] += 1
+        out.append(DemoAnswer(task, answer, noisy))
+    return out, counts
+
+
+def tokenize_demos(
+    answers: Sequence[DemoAnswer],
+    tokenizer: PreTrainedTokenizerBase,
+    max_prompt_tokens: int,
+    max_answer_tokens: int,
+) -> tuple[list[Demonstration], int]:
+    """Tokenized demonstrations, and how many were dropped for not fitting the token budgets."""
+    demos: list[Demonstration] = []
+    dropped = 0
+    for item in answers:
+        try:
+            _, prompt_ids = build_prompt(item.task, tokenizer, max_prompt_tokens)
+        except ValueError:
+            dropped += 1
+            continue
+        answer_ids = [*tokenizer.encode(item.answer, add_special_tokens=False), tokenizer.eos_token_id]
+        if len(answer_ids) > max_answer_tokens:
+            dropped += 1
+            continue
+        demos.append(Demonstration(item.task.instance_id, prompt_ids, answer_ids, item.noisy))
+    return demos, dropped

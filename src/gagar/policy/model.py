@@ -1,0 +1,89 @@
+"""The embedded default policy model: a small Qwen2-style causal LM built from a config.
+
+Saved in Hugging Face format (``config.json``, ``model.safetensors``, ``tokenizer.json``), so a real
+checkpoint (Qwen2.5-Coder, ...) and the tiny default load by the same path with :func:`load_policy`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+__all__ = ["ModelSize", "build_model", "load_policy", "save_policy"]
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """Shape of the tiny Qwen2 model."""
+
+    hidden_size: int = 128
+    """Width of the residual stream."""
+    num_layers: int = 4
+    """Number of decoder layers."""
+    num_heads: int = 4
+    """Attention heads (head dim = hidden_size / num_heads)."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention, as Qwen2 uses)."""
+    intermediate_size: int = 384
+    """Width of the MLP."""
+    max_positions: int = 1536
+    """Longest sequence (prompt + answer) the model is trained and sampled at."""
+
+
+def build_model(
+    tokenizer: PreTrainedTokenizerBase, size: ModelSize = ModelSize(), seed: int = 0
+) -> Qwen2ForCausalLM:
+    """A freshly initialised Qwen2 causal LM for ``tokenizer``'s vocabulary (float32, tied embeddings)."""
+    if size.hidden_size % size.num_heads or size.num_heads % size.num_kv_heads:
+        raise ValueError(f"hidden_size/num_heads/num_kv_heads do not divide evenly: {size}")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden_size,
+        intermediate_size=size.intermediate_size,
+        num_hidden_layers=size.num_layers,
+        num_attention_heads=size.num_heads,
+        num_key_value_heads=size.num_kv_heads,
+        max_position_embeddings=size.max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def save_policy(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike[str]
+) -> None:
+    """Write model and tokenizer to ``path`` in Hugging Face format (safetensors)."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+
+
+def load_policy(
+    path: str | os.PathLike[str], device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Load a policy (the tiny default or any Hugging Face causal LM checkpoint) in eval mode.
+
+    Raises:
+        FileNotFoundError: if ``path`` has no ``config.json``.
+    """
+    if not (Path(path) / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json)")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,137 @@
+"""Rollout: sample a group of answers per task and record them as trajectories (DESIGN.md §3).
+
+For each task the single-turn prompt (:func:`gagar.policy.agent_format.build_prompt`) is sampled
+``group_size`` times through any :class:`~gagar.policy.generation.GenerationBackend`; each answer is
+parsed into a unified diff (``model_patch``, empty with a ``parse_error`` when it does not parse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from tqdm import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from gagar.policy.agent_format import build_prompt, parse_answer
+from gagar.policy.generation import GenerationBackend, Sample
+from gagar.policy.trajectory import Message, SamplingParams, Trajectory
+from gagar.tasks.schema import Task
+
+__all__ = ["make_backend", "rollout", "to_trajectory"]
+
+
+def make_backend(
+    policy: str, kind: str = "hf", endpoint: str | None = None, model_name: str | None = None
+) -> tuple[GenerationBackend, PreTrainedTokenizerBase]:
+    """Generation backend ``kind`` (``hf``, ``vllm``, ``openai``) for a policy directory, and its tokenizer.
+
+    The tokenizer always comes from ``policy``: prompts are built and answers decoded locally.
+
+    Raises:
+        ValueError: an unknown kind, or ``openai`` without an endpoint.
+    """
+    from transformers import AutoTokenizer
+
+    if kind == "hf":
+        from gagar.policy.generation import HFBackend
+        from gagar.policy.model import load_policy
+
+        model, tokenizer = load_policy(policy)
+        return HFBackend(model, tokenizer), tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    if kind == "vllm":
+        from gagar.policy.vllm_backend import VLLMBackend
+
+        return VLLMBackend(policy, [tokenizer.eos_token_id]), tokenizer
+    if kind == "openai":
+        if endpoint is None:
+            raise ValueError("the openai backend needs an endpoint URL (…/v1)")
+        from gagar.policy.openai_backend import OpenAIBackend
+
+        name = model_name or Path(policy).name
+        return OpenAIBackend(endpoint, name, [tokenizer.eos_token_id]), tokenizer
+    raise ValueError(f"unknown backend {kind!r}: choose hf, vllm or openai")
+
+
+def to_trajectory(
+    task: Task,
+    messages: list[Message],
+    prompt_ids: list[int],
+    sample: Sample,
+    tokenizer: PreTrainedTokenizerBase,
+    member: int,
+    step: int,
+    params: SamplingParams,
+    policy_version: str | None,
+    gen_batch: int = 0,
+) -> Trajectory:
+    """The trajectory record of one sampled answer (member ``member`` of the task's group at ``step``).
+
+    The group id names the step and the generation batch, so a task drawn again by a later
+    generation batch of the same step forms a group of its own.
+    """
+    response = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+    patch, error = parse_answer(response, task.snapshot or {})
+    group_id = f"{task.instance_id}/step{step}" + (f"-gen{gen_batch}" if gen_batch else "")
+    return Trajectory(
+        trajectory_id=f"{group_id}/{member}",
+        instance_id=task.instance_id,
+        group_id=group_id,
+        step=step,
+        messages=[*messages, Message(role="assistant", content=response)],
+        prompt=tokenizer.decode(prompt_ids),
+        response=response,
+        prompt_token_ids=prompt_ids,
+        response_token_ids=sample.token_ids,
+        old_logprobs=sample.logprobs,
+        loss_mask=[1] * len(sample.token_ids),
+        model_patch=patch,
+        parse_error=error,
+        turns=1,
+        n_prompt_tokens=len(prompt_ids),
+        n_response_tokens=len(sample.token_ids),
+        finish_reason=sample.finish_reason,
+        policy_version=policy_version,
+        sampling=params,
+    )
+
+
+def rollout(
+    tasks: Sequence[Task],
+    backend: GenerationBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    group_size: int,
+    params: SamplingParams,
+    step: int = 0,
+    gen_batch: int = 0,
+    max_prompt_tokens: int = 1024,
+    tasks_per_call: int = 8,
+    policy_version: str | None = None,
+    progress: bool = True,
+) -> Iterator[Trajectory]:
+    """Yield ``group_size`` trajectories per task, task by task.
+
+    ``tasks_per_call`` tasks go to the backend together; with ``params.seed`` set, call ``c`` is
+    seeded ``seed + c``, so the same arguments give the same trajectories.
+
+    Raises:
+        ValueError: ``group_size`` below 1, or a task whose prompt cannot be built (no snapshot, too long).
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be at least 1, got {group_size}")
+    bar = tqdm(total=len(tasks) * group_size, desc="rollout", unit="traj", disable=not progress)
+    for call, start in enumerate(range(0, len(tasks), tasks_per_call)):
+        chunk = tasks[start : start + tasks_per_call]
+        prompts = [build_prompt(t, tokenizer, max_prompt_tokens) for t in chunk]
+        call_params = (
+            params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
+        )
+        groups = backend.generate([ids for _, ids in prompts], call_params, group_size)
+        for task, (messages, ids), samples in zip(chunk, prompts, groups, strict=True):
+            for member, sample in enumerate(samples):
+                yield to_trajectory(
+                    task, messages, ids, sample, tokenizer, member, step, params, policy_version, gen_batch
+                )
+            bar.update(len(samples))
+    bar.close()

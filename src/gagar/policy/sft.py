@@ -1,0 +1,292 @@
+"""Supervised fine-tuning to the pre-RL checkpoint: plain torch, loss on answer tokens only.
+
+``train_sft`` trains (or, for a real checkpoint, fine-tunes) the policy on demonstrations built from
+gold patches (:mod:`gagar.policy.demos`), with AdamW, linear warm-up then cosine decay, gradient
+clipping, a tqdm progress bar, a loss curve saved as ``loss_curve.png``, and resumable checkpoints:
+every ``checkpoint_every`` steps model, optimizer, step, losses and RNG state are written to
+``checkpoints/step-NNNNNN`` atomically (a temporary directory renamed into place), and ``resume``
+continues from the last complete one. Batches are a pure function of ``(seed, step)``, so a resumed
+run follows the same loss curve as an uninterrupted one. The result is saved in Hugging Face format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers, tokenize_demos
+from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
+from gagar.policy.tokenizer import train_tokenizer
+from gagar.records import atomic_write_text
+from gagar.tasks.schema import Task
+
+__all__ = ["SFTConfig", "SFTResult", "answer_loss", "collate", "lr_factor", "plot_losses", "train_sft"]
+
+CONFIG_FILE, METRICS_FILE, CURVE_FILE, CKPT_DIR = (
+    "sft_config.json",
+    "sft_metrics.json",
+    "loss_curve.png",
+    "checkpoints",
+)
+
+
+class SFTConfig(BaseModel):
+    """Settings of one SFT run (defaults: the embedded tiny policy on 2 CPU cores)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    init_policy: str | None = None
+    """A Hugging Face checkpoint to fine-tune; None trains the tokenizer and the tiny model from scratch."""
+    vocab_size: int = 4096
+    """BPE vocabulary size of the trained tokenizer (from scratch only)."""
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    steps: int = 1500
+    """Optimizer steps."""
+    batch_size: int = 16
+    """Demonstrations per step."""
+    lr: float = 2e-3
+    """Peak learning rate."""
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    noise_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Share of demonstrations carrying unnecessary modifications."""
+    noise_kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_NOISE_KINDS))
+    """Catalogue kinds (gagar.tasks.noise.NoiseKind) a noisy demonstration draws one of."""
+    max_prompt_tokens: int = 1024
+    max_answer_tokens: int = 256
+    seed: int = 0
+    checkpoint_every: int = 100
+    """Steps between resumable checkpoints."""
+    keep_checkpoints: int = 2
+    num_threads: int | None = None
+    """torch intra-op threads; None keeps torch's default."""
+
+    @property
+    def model_size(self) -> ModelSize:
+        """The tiny model's shape."""
+        return ModelSize(
+            self.hidden_size,
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.intermediate_size,
+            self.max_prompt_tokens + self.max_answer_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    """What a run produced."""
+
+    out_dir: Path
+    losses: list[float]
+    """Mean answer-token loss per step, shape (steps,)."""
+    n_demos: int
+    n_noisy: int
+    seconds: float
+    """Wall time of this invocation (training and data preparation)."""
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to 10% at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def collate(demos: Sequence[Demonstration], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``/``attention_mask``/``labels``, each (batch, max_len); -100 off answers."""
+    width = max(len(d.prompt_ids) + len(d.answer_ids) for d in demos)
+    ids = torch.full((len(demos), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(demos), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(demos), width), dtype=torch.long)
+    for row, d in enumerate(demos):
+        seq = d.prompt_ids + d.answer_ids
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        labels[row, len(d.prompt_ids) : len(seq)] = torch.tensor(d.answer_ids)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def answer_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token cross-entropy over the answer tokens of a :func:`collate` batch.
+
+    Equal to the Hugging Face causal-LM loss, but the output layer runs on answer positions only
+    (about a sixth of the tokens), the largest saving of the tiny model whose output layer is about
+    as costly as all its decoder layers.
+    """
+    hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    targets = batch["labels"][:, 1:]
+    keep = targets != -100
+    logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][keep])  # (n_answer, vocab)
+    return torch.nn.functional.cross_entropy(logits.float(), targets[keep])
+
+
+def plot_losses(losses: Sequence[float], path: Path) -> None:
+    """Save the loss curve (raw and a 50-step moving average) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(losses, alpha=0.35, label="step")
+    if len(losses) >= 50:
+        smooth = np.convolve(losses, np.ones(50) / 50, mode="valid")
+        ax.plot(range(49, len(losses)), smooth, label="50-step mean")
+    ax.set(xlabel="step", ylabel="answer-token loss (nats)", yscale="log", title="policy SFT")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _latest_checkpoint(out: Path) -> Path | None:
+    done = sorted(p for p in (out / CKPT_DIR).glob("step-*") if (p / "state.pt").is_file())
+    return done[-1] if done else None
+
+
+def _save_checkpoint(
+    out: Path,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    losses: list[float],
+    keep: int,
+) -> None:
+    final = out / CKPT_DIR / f"step-{step:06d}"
+    tmp = out / CKPT_DIR / f".tmp-step-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "losses": losses,
+        "torch_rng": torch.get_rng_state(),
+    }
+    torch.save(state, tmp / "state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in sorted((out / CKPT_DIR).glob("step-*"))[:-keep]:
+        shutil.rmtree(old)
+
+
+def _prepare(
+    tasks: Sequence[Task], out: Path, config: SFTConfig, resume: bool
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, list[Demonstration], dict[str, int]]:
+    """Tokenizer, fresh model and tokenized demonstrations (the tokenizer is reused on resume)."""
+    answers, counts = demo_answers(tasks, config.noise_share, config.seed, config.noise_kinds)
+    if not answers:
+        raise ValueError(f"no demonstration could be built from {len(tasks)} tasks ({dict(counts)})")
+    if config.init_policy is not None:
+        model, tokenizer = load_policy(config.init_policy)
+    else:
+        if resume and (out / "tokenizer.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(out)
+        else:
+            corpus = [
+                t for a in answers for t in (*a.task.snapshot.values(), a.task.problem_statement, a.answer)
+            ]
+            tokenizer = train_tokenizer(corpus, config.vocab_size)
+            tokenizer.save_pretrained(out)
+        model = build_model(tokenizer, config.model_size, config.seed)
+    demos, dropped = tokenize_demos(answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens)
+    if not demos:
+        raise ValueError(f"every demonstration exceeds the token budgets ({dropped} dropped)")
+    return model, tokenizer, demos, {**counts, "dropped_too_long": dropped}
+
+
+def train_sft(
+    tasks: Sequence[Task],
+    out_dir: str | os.PathLike[str],
+    config: SFTConfig = SFTConfig(),
+    resume: bool = False,
+    progress: bool = True,
+    until_step: int | None = None,
+) -> SFTResult:
+    """Train the policy on demonstrations for ``tasks`` and save it to ``out_dir`` (Hugging Face format).
+
+    ``until_step`` stops after that step with a checkpoint and without the final model (a time-sliced
+    or preemptible job continues later with ``resume=True``).
+
+    Raises:
+        ValueError: no usable demonstration, or ``resume`` with a config differing from the saved one.
+    """
+    started = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / CONFIG_FILE
+    if resume and saved.is_file() and SFTConfig.model_validate_json(saved.read_text()) != config:
+        raise ValueError(f"{saved}: the run was started with other settings; resume with the same ones")
+    if not resume:
+        shutil.rmtree(out / CKPT_DIR, ignore_errors=True)  # a fresh run never resumes another's checkpoints
+    atomic_write_text(saved, config.model_dump_json(indent=2))
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    model, tokenizer, demos, counts = _prepare(tasks, out, config, resume)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    start, losses = 0, []
+    ckpt = _latest_checkpoint(out) if resume else None
+    if ckpt is not None:
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, losses = state["step"], list(state["losses"])
+        torch.set_rng_state(state["torch_rng"])
+    model.train()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    bar = tqdm(
+        range(start, config.steps), initial=start, total=config.steps, desc="sft", disable=not progress
+    )
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * lr_factor(step, config.warmup_steps, config.steps)
+        picks = np.random.default_rng([config.seed, step]).choice(len(demos), config.batch_size)
+        loss = answer_loss(model, collate([demos[i] for i in picks], pad))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        stopping = step + 1 == until_step
+        if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps or stopping:
+            _save_checkpoint(out, step + 1, model, optimizer, losses, config.keep_checkpoints)
+        if stopping:
+            bar.close()
+            return SFTResult(
+                out, losses, len(demos), sum(d.noisy for d in demos), time.perf_counter() - started
+            )
+    model.eval()
+    save_policy(model, tokenizer, out)
+    plot_losses(losses, out / CURVE_FILE)
+    n_noisy = sum(d.noisy for d in demos)
+    metrics = {
+        "steps": config.steps,
+        "final_loss": float(np.mean(losses[-50:])) if losses else None,
+        "n_demos": len(demos),
+        "n_noisy": n_noisy,
+        "demo_counts": counts,
+        "seconds": time.perf_counter() - started,
+    }
+    atomic_write_text(out / METRICS_FILE, json.dumps(metrics, indent=2))
+    return SFTResult(out, losses, len(demos), n_noisy, metrics["seconds"])

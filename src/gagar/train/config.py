@@ -1,0 +1,200 @@
+"""The training run's settings: one typed model per concern, read from YAML, the environment and the CLI.
+
+Precedence: command line > environment (``GAGAR_…``, nested with ``__``, e.g.
+``GAGAR_ROLLOUT__GROUP_SIZE=4``) > config file > defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from gagar.advantage import Decay, Estimator
+from gagar.train.update import OptimConfig
+
+__all__ = [
+    "AdvantageSettings",
+    "GraderSettings",
+    "MetricsSettings",
+    "RolloutSettings",
+    "SandboxSettings",
+    "TrainConfig",
+    "load_config",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RolloutSettings(_Section):
+    """How trajectories are sampled and how many the step needs."""
+
+    group_size: int = Field(default=8, ge=2)
+    """Trajectories per task (the GRPO group)."""
+    train_batch_groups: int = Field(default=8, ge=1)
+    """Mixed groups the update trains on; dynamic sampling refills until it has them."""
+    gen_batch_groups: int = Field(default=8, ge=1)
+    """Tasks sampled per generation batch."""
+    max_gen_batches: int = Field(default=3, ge=1)
+    """Generation batches one step may use before it trains on what it has."""
+    temperature: float = Field(default=1.0, gt=0)
+    """Sampling temperature (the log-probs are taken at it)."""
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    max_new_tokens: int = Field(default=256, ge=1)
+    """Longest answer."""
+    backend: str = "hf"
+    """Generation backend: hf (in process), vllm (GPU, in process) or openai (a server)."""
+    endpoint: str | None = None
+    """OpenAI-compatible base URL for the openai backend."""
+
+
+class SandboxSettings(_Section):
+    """Where the tests run."""
+
+    backend: str = "local"
+    """local (bubblewrap) or kubernetes (one pod per evaluation)."""
+    workers: int | None = Field(default=None, ge=1)
+    """Parallel evaluations; None uses every core."""
+
+
+class GraderSettings(_Section):
+    """Who ranks the passing trajectories (GAGAR only)."""
+
+    kind: str = "heuristic"
+    """heuristic, learned or llm."""
+    model: Path | None = None
+    """Directory of the learned grader."""
+    endpoint: str | None = None
+    """OpenAI-compatible base URL of the LLM grader."""
+
+
+class AdvantageSettings(_Section):
+    """Which estimator and how ranks become weights."""
+
+    algo: Estimator = Estimator.GAGAR
+    """grpo, dr_grpo or gagar."""
+    decay: Decay = Decay.GEOMETRIC
+    """geometric, linear or score."""
+    gamma: float = Field(default=0.5, gt=0, le=1)
+    """Geometric weight ratio between consecutive ranks."""
+    floor: float = Field(default=0.1, gt=0, le=1)
+    """Smallest weight of linear and score decay."""
+    norm_std: bool = True
+    """Divide by the group std (GRPO); False centres only (Dr. GRPO)."""
+
+
+class MetricsSettings(_Section):
+    """Where per-step metrics go besides the run's metrics.jsonl."""
+
+    pushgateway: str | None = None
+    """Prometheus Pushgateway URL; None pushes nothing."""
+    job: str = "gagar-train"
+    """Pushgateway job name."""
+
+
+class TrainConfig(BaseSettings):
+    """A training run."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GAGAR_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        nested_model_default_partial_update=True,
+    )
+
+    run_dir: Path = Path("runs/train")
+    """Where checkpoints, per-step artifacts, metrics.jsonl and plots go."""
+    tasks: Path
+    """Training tasks (JSONL or parquet)."""
+    policy: Path
+    """Initial policy: a Hugging Face model directory (the SFT checkpoint)."""
+    steps: int = Field(default=4, ge=1)
+    """RL steps of the run."""
+    seed: int = 0
+    """Seeds task selection, sampling and minibatch order of every step."""
+    keep_checkpoints: int = Field(default=3, ge=1)
+    """Checkpoints kept (the newest complete one is never deleted)."""
+    keep_step_artifacts: bool = True
+    """Keep each step's trajectories, results, grades and batch files."""
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    grader: GraderSettings = Field(default_factory=GraderSettings)
+    advantage: AdvantageSettings = Field(default_factory=AdvantageSettings)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    @model_validator(mode="after")
+    def _grader_is_configured(self) -> TrainConfig:
+        if (
+            self.advantage.algo is Estimator.GAGAR
+            and self.grader.kind == "learned"
+            and self.grader.model is None
+        ):
+            raise ValueError("grader.kind 'learned' needs grader.model (the learned grader's directory)")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _FileSource(settings_cls)
+
+
+_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("gagar_config_file_values", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file's values, below the environment (sources are deep-merged section by section)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_VALUES.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get() or {})
+
+
+def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the config ({exc})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"{path}: a config file must be a mapping of settings")
+    values = dict(loaded or {})
+    base = Path(path).resolve().parent
+    for key in ("tasks", "policy", "run_dir"):  # relative paths are relative to the file
+        if isinstance(values.get(key), str) and not Path(values[key]).is_absolute():
+            values[key] = str((base / values[key]).resolve())
+    return values
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
+) -> TrainConfig:
+    """The run's settings: ``overrides`` (command line) > environment > YAML file at ``path`` > defaults.
+
+    Raises:
+        ValueError: naming the file and the setting that is wrong.
+    """
+    token = _FILE_VALUES.set(_read_file(path) if path is not None else {})
+    try:
+        return TrainConfig(**(overrides or {}))
+    except ValidationError as exc:
+        where = f"{path}: " if path else ""
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"{where}invalid training config: {problems}") from None
+    finally:
+        _FILE_VALUES.reset(token)

@@ -1,0 +1,42 @@
+"""The training curve: resolved rate, kept groups, credit moved and loss per step, as one PNG."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["plot_run"]
+
+PANELS = [
+    ("rollout/resolved_rate", "resolved rate (training rollouts)"),
+    ("sampling/groups_kept", "mixed groups kept"),
+    ("credit/moved_ratio", "share of passing credit moved"),
+    ("loss/policy", "policy loss"),
+]
+
+
+def plot_run(rows: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
+    """Write the per-step curves of ``rows`` (metrics.jsonl lines) to ``path``; no rows, no file."""
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gagar.records import atomic_write_bytes
+
+    steps = [row["step"] for row in rows]
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2), constrained_layout=True)
+    for ax, (key, title) in zip(axes, PANELS, strict=True):
+        ax.plot(steps, [row.get(key, float("nan")) for row in rows], marker="o")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    from io import BytesIO
+
+    buffer = BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buffer.getvalue())

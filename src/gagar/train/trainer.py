@@ -1,0 +1,242 @@
+"""The in-process RL loop: every step calls the stage functions of :mod:`gagar.stages` in order.
+
+One step, top to bottom (the same stages the Kubeflow pipeline runs as components):
+
+1. rollout + sandbox, one generation batch at a time, until dynamic sampling has
+   ``train_batch_groups`` mixed groups or ``max_gen_batches`` ran out;
+2. grade the kept groups (GAGAR only);
+3. redistribute: GRPO advantages, then GAGAR's rank-weighted rescaling;
+4. train: PPO-clip update, checkpoint ``step-N`` written atomically;
+5. log: one line in ``metrics.jsonl``, a Pushgateway push, the plot.
+
+A killed run resumes from the last complete checkpoint with ``resume=True``: the metrics log is
+trimmed to that step and the interrupted step is redone from its start.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gagar import stages
+from gagar.advantage import Estimator, GenerationBatch, assemble_batch
+from gagar.train.checkpoint import CheckpointManager, MetricsLog
+from gagar.train.config import TrainConfig
+
+__all__ = ["Trainer", "train"]
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Runs the steps of one training run under ``config.run_dir``."""
+
+    def __init__(self, config: TrainConfig, *, progress: bool = True) -> None:
+        self.config = config
+        self.progress = progress
+        self.run_dir = Path(config.run_dir)
+        self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", keep_last=config.keep_checkpoints)
+        self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
+
+    # ----------------------------------------------------------------------------- the loop
+
+    def run(
+        self, *, resume: bool = False, on_step: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[dict]:
+        """Run the remaining steps; returns every step's metrics (resumed ones included)."""
+        start = self._start_step(resume)
+        for step in range(start, self.config.steps):
+            metrics = self.step(step)
+            self.metrics_log.append(step, metrics)
+            self._publish(step, metrics)
+            if on_step is not None:
+                on_step(metrics)
+        return self.metrics_log.read()
+
+    def _start_step(self, resume: bool) -> int:
+        latest = self.checkpoints.latest()
+        if latest is not None and not resume:
+            raise ValueError(
+                f"{self.run_dir} already holds checkpoint step {latest.step}: pass --resume to continue it, "
+                "or choose another run directory"
+            )
+        self.checkpoints.remove_partial()
+        last = latest.step if latest is not None else -1
+        self.metrics_log.truncate(last)
+        return last + 1
+
+    def policy_for(self, step: int) -> Path:
+        """Weights step ``step`` samples from: the latest checkpoint before it, else the initial policy."""
+        before = [c for c in self.checkpoints.checkpoints() if c.step < step]
+        return before[-1].path / "model" if before else Path(self.config.policy)
+
+    def step(self, step: int) -> dict[str, Any]:
+        """One RL step; returns its metrics."""
+        c = self.config
+        step_dir = self.run_dir / "steps" / f"step-{step:06d}"
+        if step_dir.exists():
+            shutil.rmtree(step_dir)  # an interrupted attempt: redo the step from its start
+        step_dir.mkdir(parents=True)
+        policy = self.policy_for(step)
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+
+        trajectories: list[Path] = []
+        results: list[Path] = []
+        rollout_metrics: list[dict[str, float]] = []
+
+        def generation() -> Iterator[GenerationBatch]:
+            for b in range(c.rollout.max_gen_batches):
+                t_path, r_path = step_dir / f"trajectories-{b}.jsonl", step_dir / f"results-{b}.jsonl"
+                with _timed(timings, "perf/rollout_s"):
+                    rollout_metrics.append(
+                        stages.rollout_stage(
+                            policy=policy,
+                            tasks=c.tasks,
+                            out=t_path,
+                            step=step,
+                            gen_batch=b,
+                            groups=c.rollout.gen_batch_groups,
+                            group_size=c.rollout.group_size,
+                            seed=c.seed,
+                            temperature=c.rollout.temperature,
+                            top_p=c.rollout.top_p,
+                            max_new_tokens=c.rollout.max_new_tokens,
+                            backend=c.rollout.backend,
+                            endpoint=c.rollout.endpoint,
+                            progress=self.progress,
+                        )
+                    )
+                with _timed(timings, "perf/sandbox_s"):
+                    stages.sandbox_stage(
+                        tasks=c.tasks,
+                        trajectories=t_path,
+                        out=r_path,
+                        backend=c.sandbox.backend,
+                        workers=c.sandbox.workers,
+                        progress=self.progress,
+                    )
+                trajectories.append(t_path)
+                results.append(r_path)
+                yield stages.generation_batch(t_path, r_path)[1]
+
+        assemble_batch(
+            generation(),
+            train_batch_groups=c.rollout.train_batch_groups,
+            max_gen_batches=c.rollout.max_gen_batches,
+        )
+
+        metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
+        metrics.update(self._rollout_summary(rollout_metrics, results))
+        grades = None
+        if c.advantage.algo is Estimator.GAGAR:
+            grades = step_dir / "grades.jsonl"
+            with _timed(timings, "perf/grade_s"):
+                metrics.update(
+                    stages.grade_stage(
+                        tasks=c.tasks,
+                        trajectories=trajectories,
+                        results=results,
+                        out=grades,
+                        workspace=step_dir / "workspace",
+                        grader=c.grader.kind,
+                        grader_model=c.grader.model,
+                        endpoint=c.grader.endpoint,
+                        train_batch_groups=c.rollout.train_batch_groups,
+                        progress=self.progress,
+                    )
+                )
+            shutil.rmtree(step_dir / "workspace", ignore_errors=True)
+        with _timed(timings, "perf/redistribute_s"):
+            metrics.update(
+                stages.redistribute_stage(
+                    trajectories=trajectories,
+                    results=results,
+                    grades=grades,
+                    out=step_dir / "batch.jsonl",
+                    algo=c.advantage.algo.value,
+                    train_batch_groups=c.rollout.train_batch_groups,
+                    decay=c.advantage.decay.value,
+                    gamma=c.advantage.gamma,
+                    floor=c.advantage.floor,
+                    norm_std=c.advantage.norm_std,
+                )
+            )
+        with _timed(timings, "perf/train_s"):
+            metrics.update(
+                stages.train_stage(
+                    policy=policy,
+                    trajectories=trajectories,
+                    batch=step_dir / "batch.jsonl",
+                    checkpoints=self.checkpoints.root,
+                    step=step,
+                    seed=c.seed,
+                    optim=c.optim.model_dump(),
+                    reference=c.policy,
+                    keep_last=c.keep_checkpoints,
+                )
+            )
+        if not c.keep_step_artifacts:
+            shutil.rmtree(step_dir, ignore_errors=True)
+        metrics.update(timings)
+        metrics["perf/step_s"] = time.perf_counter() - started
+        return metrics
+
+    @staticmethod
+    def _rollout_summary(per_batch: list[dict[str, float]], results: list[Path]) -> dict[str, float]:
+        from gagar.records import read_records
+        from gagar.sandbox.results import TestResult
+
+        every = [r for path in results for r in read_records(path, TestResult)]
+        summary = stages.sandbox_metrics(every)
+        n = sum(m["rollout/trajectories"] for m in per_batch)
+        summary["rollout/trajectories"] = n
+        for key in ("rollout/parse_rate", "rollout/response_tokens_mean"):
+            summary[key] = sum(m[key] * m["rollout/trajectories"] for m in per_batch) / n if n else 0.0
+        return summary
+
+    # ----------------------------------------------------------------------------- outputs
+
+    def _publish(self, step: int, metrics: dict[str, Any]) -> None:
+        from gagar.train.plots import plot_run
+
+        plot_run(self.metrics_log.read(), self.run_dir / "training.png")
+        url = self.config.metrics.pushgateway
+        if url:
+            from gagar.metrics import push_step, record_step
+
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, float | int)}
+            record_step(self._prometheus, numbers)
+            push_step(url, self.config.metrics.job, self._prometheus.registry, {"run": self.run_dir.name})
+
+    @functools.cached_property
+    def _prometheus(self) -> Any:
+        """One registry for the whole run, so counters accumulate across steps."""
+        from prometheus_client import CollectorRegistry
+
+        from gagar.metrics import build_metrics
+
+        return build_metrics(CollectorRegistry())
+
+
+class _timed:
+    """Adds the seconds spent inside the block to ``timings[key]``."""
+
+    def __init__(self, timings: dict[str, float], key: str) -> None:
+        self.timings, self.key = timings, key
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.start
+
+
+def train(config: TrainConfig, *, resume: bool = False, progress: bool = True) -> list[dict]:
+    """Run (or resume) the training run described by ``config``; returns every step's metrics."""
+    return Trainer(config, progress=progress).run(resume=resume)

@@ -1,0 +1,177 @@
+"""The policy update: PPO-clip epochs over a batch of trajectories and their advantages.
+
+One call is one RL step's update: ``epochs`` passes over the batch in shuffled minibatches,
+one optimizer step per minibatch, the loss of :mod:`gagar.train.loss` on the response tokens the
+policy produced (tool output is masked by each trajectory's ``loss_mask``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from gagar.policy.trajectory import Trajectory
+from gagar.train.checkpoint import CheckpointManager
+from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
+
+__all__ = ["OptimConfig", "make_optimizer", "run_update", "update_policy"]
+
+
+class OptimConfig(BaseModel):
+    """How the policy is updated each step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(default=2e-5, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW weight decay."""
+    epochs: int = Field(default=1, ge=1)
+    """Passes over the step's batch."""
+    minibatch_size: int = Field(default=16, ge=1)
+    """Trajectories per optimizer step."""
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    """Gradient clipping by global norm."""
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    """Clip range, KL coefficient and estimator."""
+
+
+def make_optimizer(model: torch.nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters (all weights, or a LoRA adapter's)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the policy has no trainable parameters")
+    return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def _temperature(trajectories: Sequence[Trajectory]) -> float:
+    temps = {t.sampling.temperature for t in trajectories}
+    if len(temps) != 1:
+        raise ValueError(
+            f"trajectories of one update were sampled at different temperatures: {sorted(temps)}"
+        )
+    return temps.pop()
+
+
+def update_policy(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    trajectories: Sequence[Trajectory],
+    advantages: np.ndarray,
+    config: OptimConfig,
+    pad_id: int,
+    *,
+    rng: np.random.Generator,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, float]:
+    """Update ``model`` in place; returns ``loss/…``, ``policy/…``, ``perf/…`` metrics (minibatch means).
+
+    Args:
+        trajectories: the kept trajectories of the step, ``(n_traj,)``.
+        advantages: their advantages ``(n_traj,)``.
+        rng: shuffles the minibatches (seeded by the caller for reproducible resumes).
+        reference: frozen reference policy for the KL term; needed only when ``kl_coef > 0``.
+    """
+    if len(trajectories) != len(advantages):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
+    if config.loss.kl_coef > 0 and reference is None:
+        raise ValueError("kl_coef > 0 needs a reference policy")
+    usable = [i for i, t in enumerate(trajectories) if sum(t.loss_mask) > 0]
+    if not usable:
+        return {"policy/tokens": 0.0}
+    temperature = _temperature(trajectories)
+    model.train()
+    totals: dict[str, float] = {}
+    steps, tokens, grad_norms = 0, 0, []
+    start = time.perf_counter()
+    for _ in range(config.epochs):
+        order = rng.permutation(usable)
+        for first in range(0, len(order), config.minibatch_size):
+            chunk = [trajectories[i] for i in order[first : first + config.minibatch_size]]
+            packed = pack_sequences(
+                [t.prompt_token_ids for t in chunk], [t.response_token_ids for t in chunk], pad_id
+            )
+            width = packed.response_len
+            old = pad_rows([t.old_logprobs for t in chunk], width, 0.0, torch.float32)  # (mb, width)
+            mask = pad_rows([t.loss_mask for t in chunk], width, 0, torch.float32)  # (mb, width)
+            adv = torch.tensor(advantages[order[first : first + config.minibatch_size]], dtype=torch.float32)
+            args = (packed.input_ids, packed.attention_mask, packed.response_start, width, temperature)
+            logprobs = response_logprobs(model, *args)  # (mb, width)
+            ref = None
+            if config.loss.kl_coef > 0:
+                with torch.no_grad():
+                    ref = response_logprobs(reference, *args)
+            loss, metrics = policy_loss(logprobs, old, adv, mask, config.loss, ref_logprobs=ref)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for p in model.parameters() if p.requires_grad]
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
+            optimizer.step()
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+            steps += 1
+            tokens += int(mask.sum())
+    elapsed = time.perf_counter() - start
+    out = {key: value / steps for key, value in totals.items()}
+    out.update(
+        {
+            "policy/grad_norm": float(np.mean(grad_norms)),
+            "policy/optimizer_steps": float(steps),
+            "perf/tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        }
+    )
+    return out
+
+
+def run_update(
+    *,
+    policy: Path,
+    trajectories: Sequence[Path],
+    batch: Path,
+    checkpoints: Path,
+    step: int,
+    seed: int = 0,
+    optim: OptimConfig | None = None,
+    reference: Path | None = None,
+    keep_last: int = 3,
+) -> dict[str, float]:
+    """Load ``policy``, update it on the train batch, write checkpoint ``step`` (with the tokenizer).
+
+    The optimizer state continues from the latest checkpoint under ``checkpoints``, if any.
+    """
+    from gagar.policy.model import load_policy
+    from gagar.records import read_records
+    from gagar.stages import BatchEntry
+
+    config = optim or OptimConfig()
+    entries = read_records(batch, BatchEntry)
+    by_id = {t.trajectory_id: t for path in trajectories for t in read_records(path, Trajectory)}
+    missing = [e.trajectory_id for e in entries if e.trajectory_id not in by_id]
+    if missing:
+        raise ValueError(f"{batch}: trajectory {missing[0]!r} is in no trajectories file")
+    model, tokenizer = load_policy(policy)
+    optimizer = make_optimizer(model, config)
+    manager = CheckpointManager(checkpoints, keep_last=keep_last)
+    previous = manager.latest()
+    if previous is not None and previous.step < step:
+        manager.load_optimizer(previous, optimizer)
+    ref_model = load_policy(reference)[0] if config.loss.kl_coef > 0 and reference is not None else None
+    torch.manual_seed(seed * 1_000_003 + step)
+    metrics = update_policy(
+        model,
+        optimizer,
+        [by_id[e.trajectory_id] for e in entries],
+        np.array([e.advantage for e in entries], dtype=np.float64),
+        config,
+        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        rng=np.random.default_rng([seed, step]),
+        reference=ref_model,
+    )
+    model.eval()
+    manager.save(step, model, optimizer, extra_state={"metrics": metrics}, tokenizer=tokenizer)
+    return metrics

@@ -1,0 +1,65 @@
+"""Rollout writes valid trajectories, which are also sandbox predictions; the CLI commands run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gagar.cli import policy as policy_cli
+from gagar.policy.rollout import make_backend, rollout
+from gagar.policy.trajectory import SamplingParams, Trajectory
+from gagar.records import read_records, write_records
+from gagar.sandbox.base import Prediction
+
+
+def test_rollout_records_are_valid_trajectories_and_predictions(tiny_policy, tasks, tmp_path) -> None:
+    backend, tokenizer = make_backend(str(tiny_policy))
+    params = SamplingParams(max_new_tokens=40, seed=1)
+    trajectories = list(
+        rollout(tasks, backend, tokenizer, 3, params, step=2, tasks_per_call=2, progress=False)
+    )
+    assert len(trajectories) == 3 * len(tasks)
+    path = tmp_path / "traj.jsonl"
+    write_records(path, trajectories)
+    back = read_records(path, Trajectory)
+    assert back == trajectories
+    assert len({t.trajectory_id for t in back}) == len(back)
+    for t in back:
+        assert t.group_id == f"{t.instance_id}/step2"
+        assert t.step == 2
+        assert t.loss_mask == [1] * t.n_response_tokens
+        assert (t.parse_error is None) == bool(t.model_patch)  # an untrained model rarely parses
+        assert t.messages[-1].content == t.response
+    assert [p.trajectory_id for p in read_records(path, Prediction)] == [t.trajectory_id for t in back]
+    again = list(rollout(tasks, backend, tokenizer, 3, params, step=2, tasks_per_call=2, progress=False))
+    assert [t.response_token_ids for t in again] == [t.response_token_ids for t in trajectories]
+
+
+def test_trajectory_rejects_misaligned_token_lists() -> None:
+    with pytest.raises(ValueError, match="old_logprobs"):
+        Trajectory(trajectory_id="t", instance_id="i", group_id="g", response_token_ids=[1, 2],
+                   old_logprobs=[0.0], loss_mask=[1, 1], n_response_tokens=2)  # fmt: skip
+
+
+def test_cli_rollout_and_sft(tiny_policy, tasks, tmp_path) -> None:
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_records(tasks_file, tasks)
+    app = typer.Typer()
+    app.command("rollout")(policy_cli.rollout)
+    app.add_typer(policy_cli.app, name="policy")
+    out = tmp_path / "t.jsonl"
+    args = ["rollout", "--policy", str(tiny_policy), "--tasks", str(tasks_file), "--group-size", "2"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--max-new-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    summary = re.search(r'\{"trajectories".*\}', result.output)  # stderr's progress bars interleave
+    assert summary is not None, result.output
+    assert json.loads(summary.group(0))["trajectories"] == 2 * len(tasks)
+    assert len(read_records(out, Trajectory)) == 2 * len(tasks)
+    sft_args = ["policy", "sft", "--tasks", str(tasks_file), "--out", str(tmp_path / "p"), "--steps", "1"]
+    result = CliRunner().invoke(app, [*sft_args, "--batch-size", "1", "--noise-share", "0"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p" / "model.safetensors").is_file()

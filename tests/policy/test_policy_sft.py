@@ -1,0 +1,63 @@
+"""SFT: the loss falls, the result round-trips through Hugging Face format, resuming changes nothing."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from gagar.policy.demos import demo_answers
+from gagar.policy.model import load_policy
+from gagar.policy.sft import SFTConfig, lr_factor, train_sft
+from gagar.tasks.oracle import score_patch
+
+TINY = {
+    "vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+    "intermediate_size": 64, "batch_size": 3, "warmup_steps": 2, "lr": 3e-3, "max_prompt_tokens": 512,
+}  # fmt: skip
+
+
+def test_loss_decreases_and_model_round_trips(tasks, tmp_path) -> None:
+    out = tmp_path / "policy"
+    result = train_sft(tasks, out, SFTConfig(steps=30, checkpoint_every=10, **TINY), progress=False)
+    assert sum(result.losses[-5:]) / 5 < 0.7 * sum(result.losses[:5]) / 5
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "loss_curve.png", "sft_metrics.json"):
+        assert (out / name).is_file(), name
+    model, tokenizer = load_policy(out)
+    ids = torch.tensor([tokenizer.encode("def add(a, b):")])
+    again, _ = load_policy(out)
+    torch.testing.assert_close(model(input_ids=ids).logits, again(input_ids=ids).logits)
+
+
+def test_resume_equals_uninterrupted(tasks, tmp_path) -> None:
+    config = SFTConfig(steps=8, checkpoint_every=3, keep_checkpoints=1, **TINY)
+    straight = train_sft(tasks, tmp_path / "a", config, progress=False)
+    stopped = train_sft(tasks, tmp_path / "b", config, progress=False, until_step=5)
+    assert len(stopped.losses) == 5
+    assert not (tmp_path / "b" / "model.safetensors").exists()
+    resumed = train_sft(tasks, tmp_path / "b", config, resume=True, progress=False)
+    assert resumed.losses == straight.losses
+    other = config.model_copy(update={"lr": 1e-2})
+    with pytest.raises(ValueError, match="other settings"):
+        train_sft(tasks, tmp_path / "b", other, resume=True, progress=False)
+
+
+def test_noisy_demonstrations_are_unclean_and_share_follows_setting(tasks) -> None:
+    many = tasks * 20
+    answers, counts = demo_answers(many, noise_share=0.5, seed=0)
+    assert 0.3 < counts["noisy"] / len(many) < 0.7
+    noisy = next(a for a in answers if a.noisy)
+    assert "calc/__init__.py" in noisy.answer  # unrelated_file: a version bump the fix does not need
+    none, counts = demo_answers(tasks, noise_share=0.0, seed=0)
+    assert counts["clean"] == len(tasks)
+    assert not any(a.noisy for a in none)
+    assert all(score_patch(t, t.patch).clean for t in tasks)
+
+
+def test_lr_schedule_warms_up_then_decays() -> None:
+    factors = [lr_factor(s, 10, 100) for s in range(100)]
+    assert factors[0] == pytest.approx(0.1)
+    assert factors[9] == 1.0
+    assert all(a >= b for a, b in itertools.pairwise(factors[10:]))
+    assert factors[-1] > 0.1 - 1e-9
