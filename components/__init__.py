@@ -1,0 +1,1 @@
+"""One Kubeflow Pipelines component per stage; each folder holds component.py and a README."""

@@ -1,0 +1,1 @@
+"""The grader component (see README.md)."""

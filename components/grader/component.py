@@ -1,0 +1,51 @@
+"""Grader: rank the passing trajectories of every group dynamic sampling keeps."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Output
+
+from gagar.pipeline.images import stage_image
+
+
+@dsl.component(base_image=stage_image("grader"), install_kfp_package=False)
+def grade(
+    tasks: Input[Dataset],
+    trajectories: Input[Dataset],
+    results: Input[Dataset],
+    grades: Output[Dataset],
+    metrics: Output[Metrics],
+    algo: str = "gagar",
+    train_batch_groups: int = 8,
+    grader: str = "heuristic",
+    grader_model: str = "",
+    endpoint: str = "",
+):
+    """One Grade per kept group (``gagar.stages.grade_stage``); nothing to grade unless algo is gagar.
+
+    Args:
+        tasks: the tasks (JSONL).
+        trajectories: the step's trajectories (JSONL).
+        results: their test results (JSONL).
+        grades: one Grade per kept group (JSONL; empty for grpo and dr_grpo).
+        metrics: ``grader/…`` metrics and ``perf/grade_s``.
+        algo: the advantage estimator; only ``gagar`` needs grades.
+        train_batch_groups: groups the update trains on (dynamic sampling keeps at most these).
+        grader: ``heuristic``, ``learned`` or ``llm``.
+        grader_model: directory of the learned grader inside the image or a mounted volume.
+        endpoint: OpenAI-compatible base URL of the ``llm`` grader.
+    """
+    from gagar.pipeline import steps
+
+    steps.log_metrics(
+        metrics,
+        steps.grade(
+            algo=algo,
+            tasks=tasks.path,
+            trajectories=trajectories.path,
+            results=results.path,
+            out=grades.path,
+            grader=grader,
+            grader_model=grader_model,
+            endpoint=endpoint,
+            train_batch_groups=train_batch_groups,
+        ),
+    )

@@ -1,0 +1,1 @@
+"""The grader_sft component (see README.md)."""

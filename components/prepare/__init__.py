@@ -1,0 +1,1 @@
+"""The prepare component (see README.md)."""

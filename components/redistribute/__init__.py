@@ -1,0 +1,1 @@
+"""The redistribute component (see README.md)."""

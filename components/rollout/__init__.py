@@ -1,0 +1,1 @@
+"""The rollout component (see README.md)."""

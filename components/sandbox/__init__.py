@@ -1,0 +1,1 @@
+"""The sandbox component (see README.md)."""

@@ -1,0 +1,1 @@
+"""The train component (see README.md)."""
