@@ -12,10 +12,16 @@ __all__ = ["run", "schedule"]
 
 
 def run(
-    policy: Path = typer.Option(
-        ..., "--policy", exists=True, file_okay=False, help="Initial policy directory."
+    policy: Path | None = typer.Option(
+        None,
+        "--policy",
+        exists=True,
+        file_okay=False,
+        help="Initial policy directory [default: the embedded default's SFT policy, built once].",
     ),
-    tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Training tasks (JSONL)."),
+    tasks: Path | None = typer.Option(
+        None, "--tasks", exists=True, dir_okay=False, help="Training tasks (JSONL) [default: embedded]."
+    ),
     out: Path = typer.Option(Path("runs/pipeline"), "--out", help="Where KFP's task artifacts go."),
     storage: str | None = typer.Option(
         None, "--storage", help="Artifact store: a directory or s3://bucket/prefix (default <out>/store)."
@@ -30,8 +36,20 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Run seed."),
     pushgateway: str = typer.Option("", "--pushgateway", help="Pushgateway URL for the step metrics."),
 ) -> None:
-    """Run the RL pipeline through kfp.local on CPU: artifacts, metrics and checkpoints in the store."""
+    """Run the RL pipeline through kfp.local on CPU: artifacts, metrics and checkpoints in the store.
+
+    Without --policy and --tasks, the embedded default is prepared first under <out>/embedded
+    (generated tasks and the SFT policy, reused on later runs).
+    """
     from gagar.pipeline.local import run_local
+
+    if policy is None or tasks is None:
+        from gagar.embedded import prepare
+
+        typer.echo(f"preparing the embedded default under {out / 'embedded'} (reused when present)")
+        embedded = prepare(out / "embedded")
+        policy = policy or embedded.policy
+        tasks = tasks or embedded.rl_tasks
 
     arguments = {
         "model": str(policy.resolve()),
