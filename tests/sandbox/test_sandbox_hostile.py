@@ -21,6 +21,7 @@ from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import file_diff
 from gagar.sandbox.results import Outcome, Status, TestResult
+from gagar.sandbox.uids import uid_leased
 from gagar.tasks.schema import Task
 
 pytestmark = pytest.mark.skipif(
@@ -251,7 +252,10 @@ def test_refused_patches_fail_with_a_reason(batch: dict[str, TestResult], case: 
 
 
 def test_no_sandbox_process_outlives_the_batch(batch: dict[str, TestResult]) -> None:
-    uids = {BASE_UID, BASE_UID + 1}
+    # the batch leased uids of this range (usually the first two); a uid no one holds now must be idle
+    settings = LocalSandboxSettings(base_uid=BASE_UID)
+    span = range(BASE_UID, BASE_UID + settings.uid_count)
+    uids = {uid for uid in span if not uid_leased(settings.uid_lock_dir, uid)}
     leftover = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -80,7 +80,8 @@ def test_sandbox_that_cannot_start_is_an_infra_error() -> None:
         pytest.skip("this interpreter is readable by other users")
     result = _one(LocalBackend(LIMITS, workers=1), _task(environment={"python": unreadable}))
     assert result.status == Status.INFRA_ERROR
-    assert "did not start" in (result.reason or "")
+    # the reason names how bwrap exited and carries its own message
+    assert "did not start the sandbox (exit status 1): bwrap: " in (result.reason or "")
 
 
 @needs_root

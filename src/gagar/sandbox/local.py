@@ -2,11 +2,13 @@
 
 For one (task, prediction): create a workspace, write the repository, apply the model
 patch and then the task's test patch (refused or non-applying patches end as ``failed``
-with the reason), hand the workspace to the worker slot's uid, run the test command
+with the reason), hand the workspace to a sandbox uid, run the test command
 isolated (see :mod:`gagar.sandbox.isolation`) with a deadline and an output cap, read
 per-test outcomes from the junit report, and remove the workspace. Anything that goes
 wrong with the machinery (missing tool, workspace not creatable, sandbox not started)
-ends as ``infra_error``. A thread pool with one uid per slot runs many at once.
+ends as ``infra_error``. A thread pool runs many at once; each run holds its uid under
+an exclusive lease (:mod:`gagar.sandbox.uids`), so that killing the uid's processes
+after the run can never hit another evaluation's sandbox, in this process or another.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
 from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
 from gagar.sandbox.results import Outcome, Status, TestResult
-from gagar.sandbox.verdict import expected_outcomes, verdict
+from gagar.sandbox.uids import UidsBusyError, lease_uid
+from gagar.sandbox.verdict import exit_reason, expected_outcomes, verdict
 from gagar.sandbox.workspace import Workspace, WorkspaceError, hand_over, materialize, workspace
 from gagar.tasks.schema import Task
 
@@ -56,7 +59,13 @@ class LocalSandboxSettings(BaseSettings):
     python: str = "/usr/bin/python3"
     """Interpreter inside the sandbox unless the task names one (env GAGAR_SANDBOX__PYTHON)."""
     base_uid: int = Field(61000, ge=1000)
-    """Worker slot i runs as uid base_uid + i (env GAGAR_SANDBOX__BASE_UID)."""
+    """First sandbox uid; worker slot i prefers base_uid + i (env GAGAR_SANDBOX__BASE_UID)."""
+    uid_count: int = Field(256, ge=1)
+    """Sandbox uids are base_uid .. base_uid + uid_count - 1, shared by every evaluator on the
+    machine through leases (env GAGAR_SANDBOX__UID_COUNT)."""
+    uid_lock_dir: Path = Path("/run/lock/gagar-sandbox")
+    """Lease files of the sandbox uids, one per uid; every evaluator on the machine must use
+    the same folder (env GAGAR_SANDBOX__UID_LOCK_DIR)."""
     work_root: Path | None = None
     """Parent of the workspaces; None means the system temp dir (env GAGAR_SANDBOX__WORK_ROOT)."""
     repos_dir: Path | None = None
@@ -122,7 +131,7 @@ class LocalBackend:
                     return TestResult(**base, status=Status.FAILED, reason=refused, duration_s=_since(start))
                 run = self._run(task, ws, slot)
                 outcomes = _read_junit(ws, self.limits.max_junit_bytes)
-        except (InfraError, WorkspaceError, OSError) as exc:
+        except (InfraError, WorkspaceError, UidsBusyError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
         expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
@@ -158,19 +167,21 @@ class LocalBackend:
         if not self.isolate:
             return self._run_unisolated(command, python, ws, env)
         tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
-        uid = self.settings.base_uid + slot
-        hand_over(ws, uid)
-        marker = ws.root / "started"
-        with open(marker, "wb") as status:
-            argv = sandbox_argv(
-                tools=tools, uid=uid, limits=self.limits, repo=ws.repo, out=ws.out, python=python,
-                started_fd=status.fileno(), command=command,
-            )  # fmt: skip
-            run = self._bounded(argv, env, ws.repo, (status.fileno(),))
-        if (left := kill_uid(uid)) > 0:
-            raise InfraError(f"{left} process(es) of sandbox uid {uid} survived SIGKILL")
+        s = self.settings
+        with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
+            _clear_uid(uid)  # a holder that died mid-run may have left processes behind
+            hand_over(ws, uid)
+            marker = ws.root / "started"
+            with open(marker, "wb") as status:
+                argv = sandbox_argv(
+                    tools=tools, uid=uid, limits=self.limits, repo=ws.repo, out=ws.out, python=python,
+                    started_fd=status.fileno(), command=command,
+                )  # fmt: skip
+                run = self._bounded(argv, env, ws.repo, (status.fileno(),))
+            _clear_uid(uid)  # before the lease goes: the next holder starts with an idle uid
         if not _started(marker):
-            raise InfraError(f"bubblewrap did not start the sandbox: {run.log.strip()[-500:]}")
+            how, output = exit_reason(run.returncode), run.log.strip()[-500:] or "no output"
+            raise InfraError(f"bubblewrap did not start the sandbox ({how}): {output}")
         return run
 
     def _run_unisolated(self, command: str, python: str, ws: Workspace, env: dict[str, str]) -> RunOutcome:
@@ -187,6 +198,12 @@ class LocalBackend:
             argv, env=env, cwd=str(cwd), wall_time_s=lim.wall_time_s, max_output_bytes=lim.max_output_bytes,
             log_chars=lim.log_chars, pass_fds=fds,
         )  # fmt: skip
+
+
+def _clear_uid(uid: int) -> None:
+    """Kill every process of the leased ``uid``: by the lease, none belongs to another evaluation."""
+    if (left := kill_uid(uid)) > 0:
+        raise InfraError(f"{left} process(es) of sandbox uid {uid} survived SIGKILL")
 
 
 def _since(start: float) -> float:

@@ -1,9 +1,11 @@
 """Run evaluations on a pool of worker slots; each slot is a thread that launches subprocesses.
 
-A slot number is handed to the evaluation (the local backend maps it to a uid), so at
-most one evaluation uses a slot at a time. Results come back in job order; the progress
-callback sees each as it finishes. An evaluation that raises becomes an ``infra_error``
-result: one broken evaluation never takes the batch down.
+A slot number is handed to the evaluation, and at most one evaluation uses a slot at a
+time; the local backend starts its uid search there, but the uid itself is leased
+machine-wide (:mod:`gagar.sandbox.uids`), since other pools number their slots alike.
+Results come back in job order; the progress callback sees each as it finishes. An
+evaluation that raises becomes an ``infra_error`` result: one broken evaluation never
+takes the batch down.
 """
 
 from __future__ import annotations

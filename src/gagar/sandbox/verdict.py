@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.results import Outcome, Status
 
-__all__ = ["PYTEST_EXIT", "Verdict", "expected_outcomes", "verdict"]
+__all__ = ["PYTEST_EXIT", "Verdict", "exit_reason", "expected_outcomes", "verdict"]
 
 PYTEST_EXIT = {
     2: "pytest was interrupted or hit collection errors",
@@ -33,8 +33,10 @@ def expected_outcomes(found: Mapping[str, Outcome], expected: Sequence[str]) -> 
     return outcomes
 
 
-def _signal_reason(code: int) -> str:
-    """Reason for an exit status; bwrap reports a signal N as 128 + N."""
+def exit_reason(code: int | None) -> str:
+    """Words for an exit status (None: not waited for); bwrap reports a signal N as 128 + N."""
+    if code is None:
+        return "exit status unknown"
     if code > 128 and code - 128 in signal.valid_signals():
         return f"killed by {signal.Signals(code - 128).name}"
     if code < 0:
@@ -59,4 +61,4 @@ def verdict(run: RunOutcome, outcomes: Mapping[str, Outcome] | None, expected: S
         return Status.FAILED, False, f"{len(bad)} required test(s) did not pass, first: {bad[0]}"
     if code is not None and code in PYTEST_EXIT:
         return Status.ERROR, False, PYTEST_EXIT[code]
-    return Status.ERROR, False, f"test run crashed ({_signal_reason(code or 0)}) without a usable report"
+    return Status.ERROR, False, f"test run crashed ({exit_reason(code)}) without a usable report"
