@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixtures.policy import tiny_sft_config
 from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.generation import Sample, sequence_logprobs
 from gagar.policy.model import load_policy
@@ -34,23 +35,10 @@ def tasks_file(tmp_path_factory: pytest.TempPathFactory, tasks: list[Task]) -> P
 @pytest.fixture(scope="session")
 def tiny_policy(tmp_path_factory: pytest.TempPathFactory, tasks: list[Task]) -> Path:
     """A tiny policy after a few SFT steps: enough for real token ids and log-probs."""
-    from gagar.policy.sft import SFTConfig, train_sft
+    from gagar.policy.sft import train_sft
 
     out = tmp_path_factory.mktemp("policy")
-    config = SFTConfig(
-        vocab_size=600,
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=64,
-        steps=3,
-        batch_size=2,
-        warmup_steps=1,
-        checkpoint_every=3,
-        noise_share=0.0,
-        max_prompt_tokens=768,
-    )
+    config = tiny_sft_config()
     train_sft(tasks, out, config, progress=False)
     return out
 

@@ -6,29 +6,20 @@ from pathlib import Path
 
 import yaml
 
+from fixtures.policy import tiny_sft_config
 from gagar.embedded import EmbeddedSettings, prepare
-from gagar.policy.sft import SFTConfig
 from gagar.records import read_records
 from gagar.tasks.schema import Task
 from gagar.train.config import load_config
 
-TINY_SFT = SFTConfig(
-    vocab_size=600,
-    hidden_size=32,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=1,
-    intermediate_size=64,
-    steps=2,
-    batch_size=2,
-    warmup_steps=1,
-    checkpoint_every=2,
-    max_prompt_tokens=768,
-)
-
 
 def test_prepare_builds_once_and_reuses(tmp_path):
-    settings = EmbeddedSettings(sft_tasks=6, rl_tasks=2, heldout_tasks=1, sft=TINY_SFT)
+    settings = EmbeddedSettings(
+        sft_tasks=6,
+        rl_tasks=2,
+        heldout_tasks=1,
+        sft=tiny_sft_config(steps=2, checkpoint_every=2, noise_share=0.5),
+    )
     first = prepare(tmp_path, settings, progress=False)
     assert (first.policy / "config.json").is_file()
     stamps = {
