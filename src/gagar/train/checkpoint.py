@@ -44,6 +44,7 @@ __all__ = [
     "CorruptCheckpointError",
     "LoadedState",
     "MetricsLog",
+    "read_extra_state",
     "resume_latest",
     "verify",
 ]
@@ -136,6 +137,11 @@ def verify(ckpt: Checkpoint) -> None:
             raise CorruptCheckpointError(f"{ckpt.path}: {rel} is missing")
         if path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
             raise CorruptCheckpointError(f"{ckpt.path}: {rel} does not match its sha256 in {MANIFEST}")
+
+
+def read_extra_state(ckpt: Checkpoint) -> dict[str, Any]:
+    """The ``extra_state`` that :meth:`CheckpointManager.save` stored in ``ckpt`` (not verified)."""
+    return json.loads((ckpt.path / "state.json").read_text(encoding="utf-8"))["extra"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -333,7 +339,10 @@ class CheckpointManager:
             return
         older = [c for c in self.checkpoints() if c.step < newest.step]
         for ckpt in older[: max(0, len(older) - (self.keep_last - 1))]:
-            shutil.rmtree(ckpt.path)
+            # renamed first: a kill during the deletion leaves a partial directory, never a corrupt step-N
+            doomed = ckpt.path.with_name(f".old-{ckpt.path.name}-{os.getpid()}")
+            os.replace(ckpt.path, doomed)
+            shutil.rmtree(doomed)
         _fsync_path(self.root)
 
     def load(

@@ -10,12 +10,17 @@ One step, top to bottom (the same stages the Kubeflow pipeline runs as component
 5. log: one line in ``metrics.jsonl``, a Pushgateway push, the plot.
 
 A killed run resumes from the last complete checkpoint with ``resume=True``: the metrics log is
-trimmed to that step and the interrupted step is redone from its start.
+trimmed to that step and the interrupted step is redone from its start. A step's checkpoint is
+written before its metrics line (the update's metrics come out of the stage that writes it), so a
+kill between the two leaves a checkpointed step without a line: its line is rebuilt on resume from
+``pending-step.json`` (the step's metrics before the update, written just before it) and the update
+metrics stored in the checkpoint; only its ``perf/train_s`` and ``perf/step_s`` are lost.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import shutil
 import time
@@ -25,12 +30,16 @@ from typing import Any
 
 from gagar import stages
 from gagar.advantage import Estimator, GenerationBatch, assemble_batch
-from gagar.train.checkpoint import CheckpointManager, MetricsLog
+from gagar.records import atomic_write_text
+from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
 
-__all__ = ["Trainer", "train"]
+__all__ = ["PENDING_STEP", "Trainer", "train"]
 
 log = logging.getLogger(__name__)
+
+PENDING_STEP = "pending-step.json"
+"""Under the run directory: the metrics of the step being updated, before its update ran."""
 
 
 class Trainer:
@@ -67,8 +76,26 @@ class Trainer:
             )
         self.checkpoints.remove_partial()
         last = latest.step if latest is not None else -1
-        self.metrics_log.truncate(last)
+        kept = self.metrics_log.truncate(last)
+        if latest is not None and (not kept or kept[-1]["step"] != last):
+            self._recover_record(latest)
         return last + 1
+
+    def _recover_record(self, ckpt: Checkpoint) -> None:
+        """Log the line of a step killed after its checkpoint was written and before its line was."""
+        pending_path = self.run_dir / PENDING_STEP
+        pending = json.loads(pending_path.read_text(encoding="utf-8")) if pending_path.exists() else {}
+        if pending.get("step") != ckpt.step:
+            log.warning(
+                "%s: no pre-update metrics of step %d; its recovered line holds only the update's",
+                pending_path,
+                ckpt.step,
+            )
+            pending = {"step": ckpt.step, "policy": str(self.policy_for(ckpt.step))}
+        metrics = {**pending, **read_extra_state(ckpt).get("metrics", {})}
+        log.warning("step %d was checkpointed but not logged (killed in between): line recovered", ckpt.step)
+        self.metrics_log.append(ckpt.step, metrics)
+        self._publish(ckpt.step, metrics)
 
     def policy_for(self, step: int) -> Path:
         """Weights step ``step`` samples from: the latest checkpoint before it, else the initial policy."""
@@ -167,6 +194,7 @@ class Trainer:
                     norm_std=c.advantage.norm_std,
                 )
             )
+        atomic_write_text(self.run_dir / PENDING_STEP, json.dumps(metrics | timings, sort_keys=True))
         with _timed(timings, "perf/train_s"):
             metrics.update(
                 stages.train_stage(
