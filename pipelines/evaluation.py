@@ -6,11 +6,11 @@ answer; pass@1, parse rate and the share of resolving fixes the oracle calls unc
 
 from typing import Any
 
+from kfp import dsl
+
 from components.evaluate.component import evaluate
 from components.prepare.component import prepare
 from components.rollout.component import rollout
-from kfp import dsl
-
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]

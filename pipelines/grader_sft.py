@@ -7,12 +7,12 @@ held-out tasks' groups. The grader comes out as a KFP Model artifact.
 
 from typing import Any
 
+from kfp import dsl
+
 from components.grader_sft.component import grader_sft
 from components.prepare.component import prepare
 from components.rollout.component import rollout
 from components.sandbox.component import sandbox
-from kfp import dsl
-
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]

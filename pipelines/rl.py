@@ -9,14 +9,14 @@ step i's checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-
 
 from typing import Any
 
+from kfp import dsl
+
 from components.grader.component import grade
 from components.prepare.component import prepare
 from components.redistribute.component import redistribute
 from components.rollout.component import rollout
 from components.sandbox.component import sandbox
 from components.train.component import train
-from kfp import dsl
-
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kfp import components
 from typer.testing import CliRunner
 
 from gagar import __version__
@@ -14,7 +15,6 @@ from gagar.cli.pipeline import app
 from gagar.pipeline.build import build_pipeline, compile_pipeline, executor_images
 from gagar.pipeline.images import STAGES, stage_image
 from gagar.pipeline.platform import PlatformOptions
-from kfp import components
 
 RL_PARAMETERS = {
     "model",
