@@ -227,7 +227,10 @@ class FakeCluster:
             os.makedirs(mounts["/workspace"])
             for key, text in data.items():
                 Path(input_dir, key).write_text(text)
-            command = [self._remap(arg, mounts) for arg in container.command]
+            # The interpreter is a host path here; only the pod's own paths map onto the mounts
+            # (a checkout under /tmp must not have its venv remapped onto the pod's /tmp volume).
+            interpreter, *args = container.command
+            command = [interpreter, *(self._remap(arg, mounts) for arg in args)]
             env = {"HOME": root, "PATH": f"{BIN}:/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
             proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
         pod.log = proc.stdout + proc.stderr
