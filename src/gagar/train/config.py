@@ -57,7 +57,13 @@ class RolloutSettings(_Section):
 
 
 class SandboxSettings(_Section):
-    """Where the tests run."""
+    """Where the tests run.
+
+    The backends read their own ``GAGAR_SANDBOX__*`` settings (limits, paths) from the same
+    environment, so keys this section does not know are left to them rather than refused.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     backend: str = "local"
     """local (bubblewrap) or kubernetes (one pod per evaluation)."""
