@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 
+import numpy as np
 import pytest
 import torch
 
-from gagar.policy.demos import demo_answers
-from gagar.policy.model import load_policy
-from gagar.policy.sft import SFTConfig, lr_factor, train_sft
+from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
+from gagar.policy.model import ModelSize, build_model, load_policy
+from gagar.policy.sft import SFTConfig, answer_loss, batch_indices, collate, lr_factor, train_sft
+from gagar.policy.tokenizer import train_tokenizer
+from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import score_patch
 
 TINY = {
@@ -48,11 +52,51 @@ def test_noisy_demonstrations_are_unclean_and_share_follows_setting(tasks) -> No
     answers, counts = demo_answers(many, noise_share=0.5, seed=0)
     assert 0.3 < counts["noisy"] / len(many) < 0.7
     noisy = next(a for a in answers if a.noisy)
-    assert "calc/__init__.py" in noisy.answer  # unrelated_file: a version bump the fix does not need
+    assert "(\n" in noisy.answer  # split_signature: the fixed function's parameters one a line
+    catalogue, counts = demo_answers(tasks, noise_share=1.0, seed=0, noise_kinds=["unrelated_file"])
+    assert counts["noisy"] == len(tasks)
+    assert all(a.answer.count("<<<<<<< SEARCH") == 2 for a in catalogue)
     none, counts = demo_answers(tasks, noise_share=0.0, seed=0)
     assert counts["clean"] == len(tasks)
     assert not any(a.noisy for a in none)
     assert all(score_patch(t, t.patch).clean for t in tasks)
+
+
+def test_split_signature_keeps_the_fix_and_code_but_is_not_clean(tasks) -> None:
+    for task in tasks:
+        noisy = split_signature(task.snapshot, task.patch)
+        fixed, after = apply_diff(task.snapshot, task.patch), apply_diff(task.snapshot, noisy)
+        assert ast.dump(ast.parse(after["calc/ops.py"])) == ast.dump(ast.parse(fixed["calc/ops.py"]))
+        assert after != fixed
+        quality = score_patch(task, noisy)
+        assert not quality.clean
+        assert quality.files_beyond_gold == 0
+        assert not quality.outside_scopes
+    with pytest.raises(ValueError, match="no function"):
+        split_signature({"a.py": "x = 1\n"}, make_diff({"a.py": "x = 1\n"}, {"a.py": "x = 2\n"}))
+
+
+def test_answer_loss_equals_the_full_causal_lm_loss(tasks) -> None:
+    answers, _ = demo_answers(tasks, noise_share=0.0, seed=0)
+    corpus = [text for a in answers for text in (*a.task.snapshot.values(), a.answer)]
+    tokenizer = train_tokenizer(corpus, 400)
+    demos, _ = tokenize_demos(answers, tokenizer, 512, 128)
+    model = build_model(tokenizer, ModelSize(32, 1, 2, 1, 64, 640))
+    batch = collate(demos, tokenizer.pad_token_id)
+    torch.testing.assert_close(answer_loss(model, batch), model(**batch).loss)
+
+
+def test_batches_are_deterministic_of_similar_length_and_cover_every_demo() -> None:
+    lengths = np.random.default_rng(0).integers(10, 500, size=1000)
+    first = batch_indices(lengths, 16, seed=3, step=7)
+    assert np.array_equal(first, batch_indices(lengths, 16, seed=3, step=7))
+    assert len(set(first.tolist())) == 16
+    spreads = [np.ptp(lengths[batch_indices(lengths, 16, 0, s)]) for s in range(200)]
+    assert np.median(spreads) < 0.2 * np.ptp(lengths)
+    seen = np.concatenate([batch_indices(lengths, 16, 0, s) for s in range(2000)])
+    counts = np.bincount(seen, minlength=len(lengths))
+    assert counts.min() > 0
+    assert counts.max() < 3 * counts.mean()
 
 
 def test_lr_schedule_warms_up_then_decays() -> None:

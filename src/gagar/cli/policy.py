@@ -27,29 +27,34 @@ class Backend(StrEnum):
 def sft(
     tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Training tasks (JSONL)."),
     out: Path = typer.Option(..., "--out", help="Output directory: the policy in Hugging Face format."),
-    steps: int = typer.Option(1500, help="Optimizer steps."),
-    batch_size: int = typer.Option(16, help="Demonstrations per step."),
-    lr: float = typer.Option(2e-3, help="Peak learning rate."),
-    noise_share: float = typer.Option(0.5, help="Share of demonstrations with unnecessary modifications."),
+    steps: int | None = typer.Option(None, help="Optimizer steps (default from SFTConfig.steps)."),
+    batch_size: int | None = typer.Option(
+        None, help="Demonstrations per step (default from SFTConfig.batch_size)."
+    ),
+    lr: float | None = typer.Option(None, help="Peak learning rate (default from SFTConfig.lr)."),
+    noise_share: float | None = typer.Option(
+        None,
+        help="Share of demonstrations with unnecessary modifications (default from SFTConfig.noise_share).",
+    ),
     init_policy: Path | None = typer.Option(None, help="A Hugging Face checkpoint to fine-tune instead."),
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
-    threads: int | None = typer.Option(None, help="torch CPU threads."),
+    threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
 ) -> None:
-    """Train the policy on demonstrations built from the tasks' gold patches."""
+    """Train the policy on demonstrations built from the tasks' gold patches (unset options: SFTConfig's)."""
     from gagar.policy.sft import SFTConfig, train_sft
     from gagar.records import read_records
     from gagar.tasks.schema import Task
 
-    config = SFTConfig(
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        noise_share=noise_share,
-        seed=seed,
-        num_threads=threads,
-        init_policy=str(init_policy) if init_policy else None,
-    )
+    given = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "noise_share": noise_share,
+        "num_threads": threads,
+        "init_policy": str(init_policy) if init_policy else None,
+    }
+    config = SFTConfig(seed=seed, **{k: v for k, v in given.items() if v is not None})
     result = train_sft(read_records(tasks, Task), out, config, resume=resume)
     typer.echo(
         f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy; "

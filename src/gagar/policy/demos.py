@@ -40,8 +40,8 @@ SPLIT_SIGNATURE = "split_signature"
 DEFAULT_NOISE_KINDS = (SPLIT_SIGNATURE,)
 """The prompt shows only the function the statement names, so the default noise edits that function
 in a way predictable from the view: its signature split one parameter a line. The catalogue's kinds
-edit code the prompt does not show (other functions, imports, other files) and are not learnable
-by the tiny policy (measured: the SFT policy does not reproduce them on held-out tasks)."""
+edit code the prompt does not show (other functions, imports, other files), which a policy cannot
+reproduce from its view."""
 
 _DEF_LINE = re.compile(r"(\s*)(async def|def) (\w+)\((.+)\)(\s*->\s*[^:]+)?:\n")
 
