@@ -71,3 +71,32 @@ def test_prompt_shows_the_named_function_and_fits(tasks) -> None:
     assert "def clamp" in whole[0].content
     _, cut = build_prompt(task, tokenizer, max_prompt_tokens=len(whole_ids) - 20, scope="file")
     assert len(cut) <= len(whole_ids) - 20
+
+
+def test_a_wrong_package_directory_is_resolved_by_file_name_and_search_text():
+    from gagar.policy.agent_format import resolve_paths
+    from gagar.sandbox.edits import EditBlock
+
+    files = {
+        "shop/pricing.py": "def total(a, b):\n    return a - b\n",
+        "stock/pricing.py": "def count(a):\n    return a\n",
+        "tests/test_pricing.py": "from shop.pricing import total\n",
+    }
+    blocks = [
+        EditBlock("wrongpkg/pricing.py", "    return a - b\n", "    return a + b\n"),  # one match: resolved
+        EditBlock("wrongpkg/pricing.py", "    return", "    yield"),  # in both files: left alone
+        EditBlock("wrongpkg/pricing.py", "not anywhere\n", "x\n"),  # in neither: left alone
+        EditBlock("notes/new.md", "", "created\n"),  # a new file: left alone
+    ]
+    assert [b.path for b in resolve_paths(blocks, files)] == [
+        "shop/pricing.py",
+        "wrongpkg/pricing.py",
+        "wrongpkg/pricing.py",
+        "notes/new.md",
+    ]
+    answer = (
+        "wrongpkg/pricing.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+    )
+    patch, error = parse_answer(answer, files)
+    assert error is None
+    assert "+++ b/shop/pricing.py" in patch

@@ -19,7 +19,7 @@ from typing import Literal
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.trajectory import Message
-from gagar.sandbox.edits import apply_edit_blocks, edit_blocks_to_diff, parse_edit_blocks
+from gagar.sandbox.edits import EditBlock, apply_edit_blocks, edit_blocks_to_diff, parse_edit_blocks
 from gagar.tasks.diffs import apply_diff
 from gagar.tasks.schema import Task
 
@@ -227,10 +227,31 @@ def answer_from_patch(snapshot: Mapping[str, str], patch: str) -> str:
     return answer
 
 
+def resolve_paths(blocks: Sequence[EditBlock], files: Mapping[str, str]) -> list[EditBlock]:
+    """Point a block whose file does not exist at the one file with its name that holds its SEARCH text.
+
+    Models (small ones especially) often get the package directory of a path wrong while naming the
+    module and quoting its code right; the SEARCH text then says which file was meant. A block is
+    retargeted only when exactly one existing file has the same file name and contains the SEARCH
+    text; anything else is left for the strict parser to refuse.
+    """
+    resolved = []
+    for block in blocks:
+        if block.path not in files and block.search:
+            name = block.path.rsplit("/", 1)[-1]
+            matches = [
+                p for p, text in files.items() if p.rsplit("/", 1)[-1] == name and block.search in text
+            ]
+            if len(matches) == 1:
+                block = EditBlock(matches[0], block.search, block.replace)
+        resolved.append(block)
+    return resolved
+
+
 def parse_answer(answer: str, files: Mapping[str, str]) -> tuple[str, str | None]:
     """(model_patch, parse_error) for an answer: the unified diff, or ``""`` and why it failed."""
     try:
-        blocks = parse_edit_blocks(answer)
+        blocks = resolve_paths(parse_edit_blocks(answer), files)
         patch = edit_blocks_to_diff(dict(files), blocks)
     except ValueError as exc:
         return "", str(exc) or type(exc).__name__
