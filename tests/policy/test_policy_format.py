@@ -66,6 +66,7 @@ def test_prompt_shows_the_named_function_and_fits(tasks) -> None:
     assert "def scale(values, factor):" in text
     assert "def clamp" not in text
     assert "calc/ops.py (lines 9-11)" in text
+    assert text.endswith("\nEdit: calc/ops.py")
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
     whole, whole_ids = build_prompt(task, tokenizer, max_prompt_tokens=1024, scope="file")
     assert "def clamp" in whole[0].content

@@ -11,7 +11,7 @@ import torch
 
 from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
 from gagar.policy.model import ModelSize, build_model, load_policy
-from gagar.policy.sft import SFTConfig, answer_loss, batch_indices, collate, lr_factor, train_sft
+from gagar.policy.sft import SFTConfig, batch_indices, collate, lr_factor, sft_loss, train_sft
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import score_patch
@@ -76,14 +76,26 @@ def test_split_signature_keeps_the_fix_and_code_but_is_not_clean(tasks) -> None:
         split_signature({"a.py": "x = 1\n"}, make_diff({"a.py": "x = 1\n"}, {"a.py": "x = 2\n"}))
 
 
-def test_answer_loss_equals_the_full_causal_lm_loss(tasks) -> None:
+def test_sft_loss_is_the_causal_lm_loss_on_answers_plus_weighted_prompt_loss(tasks) -> None:
     answers, _ = demo_answers(tasks, noise_share=0.0, seed=0)
     corpus = [text for a in answers for text in (*a.task.snapshot.values(), a.answer)]
     tokenizer = train_tokenizer(corpus, 400)
     demos, _ = tokenize_demos(answers, tokenizer, 512, 128)
     model = build_model(tokenizer, ModelSize(32, 1, 2, 1, 64, 640))
     batch = collate(demos, tokenizer.pad_token_id)
-    torch.testing.assert_close(answer_loss(model, batch), model(**batch).loss)
+    answer_only, answer_part = sft_loss(model, batch, prompt_weight=0.0)
+    hf_answer_loss = model(**batch).loss
+    torch.testing.assert_close(answer_only, hf_answer_loss)
+    torch.testing.assert_close(answer_part, hf_answer_loss)
+
+    prompt_labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    prompt_labels = prompt_labels.masked_fill(batch["labels"] != -100, -100)
+    hf_prompt_loss = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=prompt_labels
+    ).loss
+    total, answer_part = sft_loss(model, batch, prompt_weight=0.5)
+    torch.testing.assert_close(total, hf_answer_loss + 0.5 * hf_prompt_loss)
+    torch.testing.assert_close(answer_part, hf_answer_loss)
 
 
 def test_batches_are_deterministic_of_similar_length_and_cover_every_demo() -> None:

@@ -102,8 +102,13 @@ def _shown_text(text: str, span: tuple[int, int] | None, budget_lines: int | Non
 
 
 def _user_message(task: Task, shown: Mapping[str, tuple[str, str]]) -> str:
+    """Instruction, statement, the shown files, and last the file to edit.
+
+    The closing ``Edit: <path>`` line puts the path right before the answer, whose first line it is:
+    a tiny model copies it from there far more reliably than from the file header further up.
+    """
     files = "".join(f"\n{path}{where}\n```\n{text}```\n" for path, (where, text) in shown.items())
-    return f"{INSTRUCTION}\n\n{task.problem_statement.strip()}\n{files}"
+    return f"{INSTRUCTION}\n\n{task.problem_statement.strip()}\n{files}\nEdit: {next(iter(shown))}"
 
 
 def build_prompt(

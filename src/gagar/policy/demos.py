@@ -6,11 +6,17 @@ clean: the behaviour GAGAR's credit redistribution then acts on. A noise kind is
 catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signature`), the default:
 the tiny policy's prompt shows only the function to fix, so the default noise is one it can
 reproduce from that view.
+
+A share of demonstrations (``rename_share``) also moves the task to a package with a fresh random
+name (:func:`rename_package`). Generated tasks draw package names from a few hundred, and a model
+trained from scratch learns to write a likely one from memory rather than the one in its prompt; with
+names it cannot have seen, copying the path from the prompt is the only way to predict it.
 """
 
 from __future__ import annotations
 
 import ast
+import keyword
 import random
 import re
 from collections import Counter
@@ -32,6 +38,9 @@ __all__ = [
     "Demonstration",
     "demo_answers",
     "noisy_patch",
+    "package_of",
+    "random_package_name",
+    "rename_package",
     "split_signature",
     "tokenize_demos",
 ]
@@ -95,6 +104,63 @@ def noisy_patch(task: Task, kind: str, rng: random.Random) -> str:
     return add_noise(task, task.patch, [kind], rng)
 
 
+_CONSONANTS, _VOWELS = "bcdfghjklmnprstvwz", "aeiou"
+_SUFFIXES = ("", "py", "kit", "lib", "ops", "core", "tools", "utils", "box")
+
+
+def random_package_name(rng: random.Random) -> str:
+    """A pronounceable lower-case identifier of 2-4 random syllables and a common suffix."""
+    while True:
+        stem = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 4)))
+        name = stem + rng.choice(_SUFFIXES)
+        if not keyword.iskeyword(name):
+            return name
+
+
+def package_of(task: Task) -> str | None:
+    """The task's one top-level source package (a directory with ``__init__.py``, not tests), or None."""
+    packages = {
+        path.split("/", 1)[0]
+        for path in task.snapshot or {}
+        if path.count("/") == 1 and path.endswith("/__init__.py") and not path.startswith("test")
+    }
+    return packages.pop() if len(packages) == 1 else None
+
+
+def rename_package(task: Task, new: str) -> Task:
+    """``task`` with its package renamed to ``new`` in file paths, code, patches, statement and test ids.
+
+    The rename replaces the old name as a whole word, so imports, paths and the statement's examples
+    stay consistent and the gold patch still fixes the renamed task.
+
+    Raises:
+        ValueError: the task has no single top-level package, or ``new`` is not a fresh identifier.
+    """
+    old = package_of(task)
+    if old is None:
+        raise ValueError(f"{task.instance_id}: no single top-level package to rename")
+    if not new.isidentifier() or keyword.iskeyword(new):
+        raise ValueError(f"{new!r} is not a valid package name")
+    word = re.compile(rf"\b{re.escape(old)}\b")
+    if any(re.search(rf"\b{re.escape(new)}\b", text) for text in (task.snapshot or {}).values()):
+        raise ValueError(f"{task.instance_id}: {new!r} already occurs in the repository")
+
+    def sub(text: str) -> str:
+        return word.sub(new, text)
+
+    snapshot = {sub(path): sub(text) for path, text in (task.snapshot or {}).items()}
+    return task.model_copy(
+        update={
+            "snapshot": snapshot,
+            "patch": sub(task.patch),
+            "test_patch": sub(task.test_patch),
+            "problem_statement": sub(task.problem_statement),
+            "FAIL_TO_PASS": [sub(t) for t in task.FAIL_TO_PASS],
+            "PASS_TO_PASS": [sub(t) for t in task.PASS_TO_PASS],
+        }
+    )
+
+
 @dataclass(frozen=True)
 class DemoAnswer:
     """The answer text a demonstration teaches for one task."""
@@ -116,16 +182,23 @@ class Demonstration:
 
 
 def demo_answers(
-    tasks: Sequence[Task], noise_share: float, seed: int, noise_kinds: Sequence[str] = DEFAULT_NOISE_KINDS
+    tasks: Sequence[Task],
+    noise_share: float,
+    seed: int,
+    noise_kinds: Sequence[str] = DEFAULT_NOISE_KINDS,
+    rename_share: float = 0.0,
 ) -> tuple[list[DemoAnswer], Counter[str]]:
     """One answer per task: the gold patch, or with probability ``noise_share`` the gold patch plus one
-    unnecessary modification of a kind drawn uniformly from ``noise_kinds``.
+    unnecessary modification of a kind drawn uniformly from ``noise_kinds``. With probability
+    ``rename_share`` the task is first moved to a randomly named package (:func:`rename_package`).
 
-    Returns the answers and a count of what happened (``clean``, ``noisy``, ``noise_failed``: the
-    catalogue found nothing to add, the clean answer is used; ``skipped``: no answer could be built).
+    Returns the answers and a count of what happened (``clean``, ``noisy``, ``renamed``,
+    ``noise_failed``: the catalogue found nothing to add, the clean answer is used; ``skipped``: no
+    answer could be built).
     """
-    if not 0.0 <= noise_share <= 1.0:
-        raise ValueError(f"noise_share must be in [0, 1], got {noise_share}")
+    for name, share in (("noise_share", noise_share), ("rename_share", rename_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {share}")
     if noise_share > 0 and not noise_kinds:
         raise ValueError("noise_share > 0 needs at least one noise kind")
     rng = random.Random(seed)
@@ -135,6 +208,9 @@ def demo_answers(
         if task.snapshot is None:
             counts["skipped"] += 1
             continue
+        if rng.random() < rename_share and package_of(task) is not None:
+            task = rename_package(task, random_package_name(rng))
+            counts["renamed"] += 1
         patch, noisy = task.patch, False
         if rng.random() < noise_share:
             try:

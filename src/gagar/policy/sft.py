@@ -39,11 +39,11 @@ from gagar.tasks.schema import Task
 __all__ = [
     "SFTConfig",
     "SFTResult",
-    "answer_loss",
     "batch_indices",
     "collate",
     "lr_factor",
     "plot_losses",
+    "sft_loss",
     "train_sft",
 ]
 
@@ -79,11 +79,15 @@ class SFTConfig(BaseModel):
     """Demonstrations per step."""
     lr: float = 3e-3
     """Peak learning rate."""
+    prompt_loss_weight: float = Field(default=1.0, ge=0.0)
+    """Weight of the prompt tokens' LM loss beside the answer tokens' (see :func:`sft_loss`)."""
     warmup_steps: int = 30
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     noise_share: float = Field(default=0.5, ge=0.0, le=1.0)
     """Share of demonstrations carrying unnecessary modifications."""
+    rename_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Share of demonstrations moved to a randomly named package (see :mod:`gagar.policy.demos`)."""
     noise_kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_NOISE_KINDS))
     """Kinds a noisy demonstration draws one of: ``split_signature`` or catalogue kinds
     (:class:`gagar.tasks.noise.NoiseKind`); see :data:`gagar.policy.demos.DEFAULT_NOISE_KINDS`."""
@@ -160,18 +164,30 @@ def collate(demos: Sequence[Demonstration], pad_id: int) -> dict[str, torch.Tens
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def answer_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token cross-entropy over the answer tokens of a :func:`collate` batch.
+def sft_loss(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], prompt_weight: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss to minimise, mean answer-token loss) for a :func:`collate` batch.
 
-    Equal to the Hugging Face causal-LM loss, but the output layer runs on answer positions only
-    (about a fifth of the tokens; the tiny model's output layer costs about as much as all its
-    decoder layers).
+    The answer-token loss is the mean next-token cross-entropy over answer tokens, equal to the
+    Hugging Face causal-LM loss on the batch's labels. ``prompt_weight`` > 0 adds that weight times
+    the mean cross-entropy over the prompt tokens: predicting the prompt teaches a model trained from
+    scratch to copy (paths, function names, code lines) far sooner than the answers alone do. With
+    ``prompt_weight`` 0 the output layer runs on answer positions only (about a fifth of the tokens;
+    the tiny model's output layer costs about as much as all its decoder layers).
     """
     hidden = model.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     targets = batch["labels"][:, 1:]
     answer = targets != -100
-    logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][answer])  # (n_answer, vocab)
-    return torch.nn.functional.cross_entropy(logits.float(), targets[answer])
+    prompt = (batch["attention_mask"][:, 1:] == 1) & ~answer
+    used = answer | prompt if prompt_weight > 0 else answer  # (batch, width - 1)
+    logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][used]).float()
+    tokens = torch.where(answer, targets, batch["input_ids"][:, 1:])[used]
+    per_token = torch.nn.functional.cross_entropy(logits, tokens, reduction="none")  # (n_used,)
+    answer_mean = per_token[answer[used]].mean()
+    if prompt_weight <= 0:
+        return answer_mean, answer_mean.detach()
+    return answer_mean + prompt_weight * per_token[prompt[used]].mean(), answer_mean.detach()
 
 
 def plot_losses(losses: Sequence[float], path: Path) -> None:
@@ -228,7 +244,9 @@ def _prepare(
     tasks: Sequence[Task], out: Path, config: SFTConfig, resume: bool
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, list[Demonstration], dict[str, int]]:
     """Tokenizer, fresh model and tokenized demonstrations (the tokenizer is reused on resume)."""
-    answers, counts = demo_answers(tasks, config.noise_share, config.seed, config.noise_kinds)
+    answers, counts = demo_answers(
+        tasks, config.noise_share, config.seed, config.noise_kinds, config.rename_share
+    )
     if not answers:
         raise ValueError(f"no demonstration could be built from {len(tasks)} tasks ({dict(counts)})")
     if config.init_policy is not None:
@@ -296,12 +314,14 @@ def train_sft(
         for group in optimizer.param_groups:
             group["lr"] = config.lr * lr_factor(step, config.warmup_steps, config.steps)
         picks = batch_indices(lengths, config.batch_size, config.seed, step)
-        loss = answer_loss(model, collate([demos[i] for i in picks], pad))
+        loss, answer_part = sft_loss(
+            model, collate([demos[i] for i in picks], pad), config.prompt_loss_weight
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(answer_part.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         stopping = step + 1 == until_step
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps or stopping:
