@@ -5,6 +5,11 @@ batch of ``gen_batch_groups`` tasks) -> sandbox (every evaluation inside one tas
 groups) -> redistribute (dynamic sampling, advantages) -> train (update, publish ``checkpoints/step-N``).
 The steps are chained at compile time: step i+1's prepare runs after step i's train, so it finds
 step i's checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-per-run N``).
+
+The stages, their images and which pipeline parameter or earlier output feeds each argument come
+from :data:`gagar.pipeline.stages.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`)
+is built from too; the parameters of ``rl`` below are :data:`gagar.pipeline.stages.PARAMETERS`
+(a test checks they agree).
 """
 
 from typing import Any
@@ -18,83 +23,37 @@ from components.rollout.component import rollout
 from components.sandbox.component import sandbox
 from components.train.component import train
 from gagar.pipeline.platform import PlatformOptions, configure
+from gagar.pipeline.stages import RL_STEP
 
-__all__ = ["build"]
+__all__ = ["COMPONENTS", "build"]
+
+
+COMPONENTS = {
+    "prepare": prepare,
+    "rollout": rollout,
+    "sandbox": sandbox,
+    "grade": grade,
+    "redistribute": redistribute,
+    "train": train,
+}
+"""Component of each stage of :data:`gagar.pipeline.stages.RL_STEP`."""
 
 
 def _add_step(p: dict[str, Any], index: int, options: PlatformOptions, after: Any | None) -> Any:
-    """Add one RL step's tasks to the pipeline being defined; returns its train task."""
-    start = prepare(storage=p["storage"], model=p["model"], tasks_uri=p["tasks"])
-    if after is not None:
-        start.after(after)
-    tasks = start.outputs["tasks"]
-    step, policy = start.outputs["step"], start.outputs["policy"]
-    sampled = rollout(
-        policy=policy,
-        step=step,
-        tasks=tasks,
-        groups=p["gen_batch_groups"],
-        group_size=p["group_size"],
-        seed=p["seed"],
-        temperature=p["temperature"],
-        top_p=p["top_p"],
-        max_new_tokens=p["max_new_tokens"],
-        backend=p["rollout_backend"],
-        endpoint=p["policy_endpoint"],
-    )
-    trajectories = sampled.outputs["trajectories"]
-    tested = sandbox(
-        tasks=tasks, trajectories=trajectories, backend=p["sandbox_backend"], workers=p["sandbox_workers"]
-    )
-    results = tested.outputs["results"]
-    graded = grade(
-        tasks=tasks,
-        trajectories=trajectories,
-        results=results,
-        algo=p["algo"],
-        train_batch_groups=p["train_batch_groups"],
-        grader=p["grader"],
-        grader_model=p["grader_model"],
-        endpoint=p["grader_endpoint"],
-    )
-    assembled = redistribute(
-        trajectories=trajectories,
-        results=results,
-        grades=graded.outputs["grades"],
-        algo=p["algo"],
-        train_batch_groups=p["train_batch_groups"],
-        decay=p["decay"],
-        gamma=p["gamma"],
-        floor=p["floor"],
-        norm_std=p["norm_std"],
-    )
-    updated = train(
-        storage=p["storage"],
-        policy=policy,
-        step=step,
-        trajectories=trajectories,
-        batch=assembled.outputs["batch"],
-        rollout_metrics=sampled.outputs["metrics"],
-        sandbox_metrics=tested.outputs["metrics"],
-        grade_metrics=graded.outputs["metrics"],
-        redistribute_metrics=assembled.outputs["metrics"],
-        seed=p["seed"],
-        lr=p["lr"],
-        epochs=p["epochs"],
-        minibatch_size=p["minibatch_size"],
-        keep_checkpoints=p["keep_checkpoints"],
-        pushgateway=p["pushgateway"],
-    )
-    for name, image, task, uses_store in (
-        ("prepare", "train", start, True),
-        ("rollout", "rollout", sampled, True),
-        ("sandbox", "sandbox", tested, False),
-        ("grade", "grader", graded, False),
-        ("redistribute", "redistribute", assembled, False),
-        ("train", "train", updated, True),
-    ):
-        configure(task, name, image, options, store=uses_store).set_display_name(f"{name}-{index}")
-    return updated
+    """Add one RL step's tasks (:data:`RL_STEP`) to the pipeline being defined; returns its train task."""
+    tasks: dict[str, Any] = {}
+    for stage in RL_STEP:
+        arguments = {argument: p[name] for argument, name in stage.parameters}
+        arguments |= {argument: tasks[source].outputs[output] for argument, source, output in stage.inputs}
+        task = COMPONENTS[stage.name](**arguments)
+        if after is not None and not stage.inputs:
+            task.after(after)
+        tasks[stage.name] = task
+    for stage in RL_STEP:
+        configure(tasks[stage.name], stage.name, stage.image, options, store=stage.store).set_display_name(
+            f"{stage.name}-{index}"
+        )
+    return tasks[RL_STEP[-1].name]
 
 
 def build(steps_per_run: int = 1, options: PlatformOptions | None = None) -> Any:

@@ -10,6 +10,8 @@ import kubernetes_validate
 import pytest
 from chart_render import CHART_DIR, KUBE_VERSION, MONITORING_API, by_kind, render_objects, scenario_values
 
+from gagar.pipeline.argo_models import to_model, validate_pods
+
 # The Prometheus operator's CRDs have no schema in kubernetes-validate: these are the fields of
 # monitoring.coreos.com/v1 the chart uses, checked structurally (unknown fields refused).
 _METADATA = {
@@ -117,6 +119,9 @@ _CRD_SCHEMAS: dict[str, dict[str, Any]] = {
 def _validate(obj: dict[str, Any]) -> None:
     if obj["apiVersion"].startswith("monitoring.coreos.com/"):
         jsonschema.validate(obj, _CRD_SCHEMAS[obj["kind"]])
+    elif obj["apiVersion"].startswith("argoproj.io/"):  # the argo-workflows SDK's models, then its pods
+        to_model(obj)
+        validate_pods(obj, KUBE_VERSION)
     else:
         kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 

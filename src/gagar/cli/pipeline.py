@@ -1,4 +1,4 @@
-"""``gagar pipeline compile|upload``: the Kubeflow pipelines as YAML, and into a KFP server."""
+"""``gagar pipeline compile|upload``: the pipelines as KFP or Argo YAML, and into a KFP server."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from gagar.pipeline.images import DEFAULT_REGISTRY
 
 __all__ = ["app"]
 
-app = typer.Typer(name="pipeline", help="Compile and upload the Kubeflow pipelines.", no_args_is_help=True)
+app = typer.Typer(
+    name="pipeline", help="Compile (KFP or Argo) and upload the pipelines.", no_args_is_help=True
+)
 
 HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
 
@@ -19,7 +21,8 @@ HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
 @app.command("compile")
 def compile_(
     out: Path = typer.Option(..., "--out", dir_okay=False, help="YAML file to write."),
-    pipeline: str = typer.Option("rl", "--pipeline", help="rl, grader-sft or evaluation."),
+    pipeline: str = typer.Option("rl", "--pipeline", help="rl, grader-sft or evaluation (kfp only)."),
+    target: str = typer.Option("kfp", "--target", help="kfp (Kubeflow Pipelines) or argo (Argo Workflows)."),
     steps_per_run: int = typer.Option(1, "--steps-per-run", min=1, help="RL steps each run (rl only)."),
     image_registry: str = typer.Option(DEFAULT_REGISTRY, help="Registry of the stage images."),
     image_tag: str = typer.Option(__version__, help="Tag of the stage images."),
@@ -32,9 +35,31 @@ def compile_(
     gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="One GPU for the rollout and train tasks."),
     timeout_s: int = typer.Option(6 * 3600, min=1, help="Deadline of every task, in seconds."),
     retries: int = typer.Option(2, min=0, help="Retries of a failed task (never the train task)."),
+    schedule: str | None = typer.Option(
+        None, "--schedule", help="argo: write a CronWorkflow on this 5-field cron, e.g. '0 2 * * *'."
+    ),
+    timezone: str = typer.Option("UTC", "--timezone", help="argo: time zone of --schedule."),
+    starting_deadline_s: int = typer.Option(
+        3600, "--starting-deadline-s", min=0, help="argo: skip a scheduled run missed by longer."
+    ),
+    name: str = typer.Option("gagar-rl", "--name", help="argo: CronWorkflow name / Workflow name prefix."),
+    namespace: str | None = typer.Option(None, "--namespace", help="argo: namespace in the manifest."),
+    service_account: str = typer.Option(
+        "gagar-runner", "--service-account", help="argo: ServiceAccount of the stage pods ('' for default)."
+    ),
+    sandbox_service_account: str = typer.Option(
+        "gagar-runner",
+        "--sandbox-service-account",
+        help="argo: ServiceAccount allowed to create sandbox pods.",
+    ),
+    artifact_repository: str = typer.Option(
+        "gagar-argo-artifacts/s3",
+        "--artifact-repository",
+        help="argo: CONFIGMAP/KEY of the S3 artifact repository ('' for the namespace default).",
+    ),
+    param: list[str] = typer.Option([], "--param", help="argo: parameter value name=value (repeatable)."),
 ) -> None:
-    """Compile a pipeline to the YAML the Kubeflow UI uploads."""
-    from gagar.pipeline.build import compile_pipeline, executor_images
+    """Compile a pipeline to the YAML the Kubeflow UI uploads, or to an Argo Workflow / CronWorkflow."""
     from gagar.pipeline.platform import PlatformOptions
 
     try:
@@ -47,9 +72,37 @@ def compile_(
             timeout_s=timeout_s,
             retries=retries,
         )
-        path = compile_pipeline(pipeline, out, steps_per_run=steps_per_run, options=options)
+        if target == "argo":
+            from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
+            from gagar.pipeline.client import parse_params
+
+            if pipeline != "rl":
+                raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
+            argo = ArgoOptions(
+                name=name,
+                namespace=namespace,
+                service_account=service_account or None,
+                sandbox_service_account=sandbox_service_account or None,
+                artifact_repository=parse_repository(artifact_repository),
+                parameters=tuple(parse_params(param).items()),
+            )
+            cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
+            manifest = compile_argo(
+                out, steps_per_run=steps_per_run, platform=options, argo=argo, schedule=cron
+            )
+        elif target == "kfp":
+            if schedule or param:
+                raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
+            from gagar.pipeline.build import compile_pipeline, executor_images
+
+            path = compile_pipeline(pipeline, out, steps_per_run=steps_per_run, options=options)
+        else:
+            raise ValueError(f"unknown target {target!r}: choose kfp or argo")
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if target == "argo":
+        typer.echo(f"wrote {out} (Argo {manifest['kind']} {name}, {steps_per_run} RL step(s) a run)")
+        return
     images = sorted(set(executor_images(path).values()))
     typer.echo(f"wrote {path} ({pipeline}, {len(images)} images: {', '.join(images)})")
 

@@ -1,0 +1,263 @@
+"""The Argo target: the KFP pipeline's stages and knobs, SDK round trip, pod schemas, the shipped files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gagar.cli.pipeline import app
+from gagar.pipeline.argo import (
+    CONTAINER_SECURITY_CONTEXT,
+    ArgoOptions,
+    CronSchedule,
+    build_cron_workflow,
+    build_workflow,
+    parse_repository,
+    to_yaml,
+)
+from gagar.pipeline.argo_models import ArgoSchemaError, pod_manifests, to_manifest, to_model, validate_pods
+from gagar.pipeline.build import compile_pipeline
+from gagar.pipeline.images import STAGES, stage_image
+from gagar.pipeline.platform import PlatformOptions
+from gagar.pipeline.stages import PARAMETERS, RL_STEP
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = {
+    "Workflow": ROOT / "docs" / "argo" / "gagar-rl-workflow.yaml",
+    "CronWorkflow": ROOT / "helm" / "gagar" / "files" / "argo" / "gagar-rl-cronworkflow.yaml",
+}
+DEFAULT_SCHEDULE = CronSchedule("0 2 * * *")
+
+
+def templates(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = manifest["spec"].get("workflowSpec", manifest["spec"])
+    return {t["name"]: t for t in spec["templates"]}
+
+
+@pytest.fixture(scope="module")
+def two_steps() -> dict[str, Any]:
+    return build_workflow(2)
+
+
+def test_one_template_per_stage_in_its_image(two_steps: dict[str, Any]) -> None:
+    found = templates(two_steps)
+    assert set(found) == {"rl"} | {s.name for s in RL_STEP}
+    images = {name: t["container"]["image"] for name, t in found.items() if "container" in t}
+    assert images == {s.name: stage_image(s.image) for s in RL_STEP}
+    assert set(images.values()) == {stage_image(s) for s in STAGES}
+    for spec in RL_STEP:
+        container = found[spec.name]["container"]
+        assert container["command"] == ["python", "-m", "gagar.pipeline.argo_step"]
+        assert container["args"][0] == spec.name
+
+
+def test_dag_chains_steps_like_the_kfp_pipeline(two_steps: dict[str, Any]) -> None:
+    tasks = {t["name"]: t for t in templates(two_steps)["rl"]["dag"]["tasks"]}
+    assert set(tasks) == {f"{s.name}-{i}" for s in RL_STEP for i in (0, 1)}
+    assert "dependencies" not in tasks["prepare-0"]
+    assert tasks["prepare-1"]["dependencies"] == ["train-0"]
+    assert tasks["train-1"]["dependencies"] == sorted(
+        {"prepare-1", "rollout-1", "sandbox-1", "grade-1", "redistribute-1"}
+    )
+    sandbox = tasks["sandbox-1"]["arguments"]
+    assert {"name": "trajectories", "from": "{{tasks.rollout-1.outputs.artifacts.trajectories}}"} in sandbox[
+        "artifacts"
+    ]
+    assert {"name": "backend", "value": "{{workflow.parameters.sandbox_backend}}"} in sandbox["parameters"]
+
+
+def test_dag_is_the_kfp_pipelines_task_for_task(tmp_path: Path) -> None:
+    kfp_spec = next(
+        d
+        for d in yaml.safe_load_all(compile_pipeline("rl", tmp_path / "rl.yaml", steps_per_run=2).read_text())
+        if d and "root" in d
+    )
+    kfp_tasks = kfp_spec["root"]["dag"]["tasks"]
+    display = {key: task["taskInfo"]["name"] for key, task in kfp_tasks.items()}
+    kfp = {
+        display[key]: sorted(display[d] for d in task.get("dependentTasks", []))
+        for key, task in kfp_tasks.items()
+    }
+    argo = {t["name"]: t.get("dependencies", []) for t in templates(build_workflow(2))["rl"]["dag"]["tasks"]}
+    assert argo == kfp
+
+
+def test_parameters_are_the_kfp_pipelines_with_the_same_defaults(tmp_path: Path) -> None:
+    kfp_spec = next(
+        d
+        for d in yaml.safe_load_all(compile_pipeline("rl", tmp_path / "rl.yaml").read_text())
+        if d and "root" in d
+    )
+    kfp = kfp_spec["root"]["inputDefinitions"]["parameters"]
+    argo = {p["name"]: p.get("value") for p in build_workflow()["spec"]["arguments"]["parameters"]}
+    assert list(argo) == [p.name for p in PARAMETERS]
+    assert set(argo) == set(kfp)
+    for name, value in argo.items():
+        if "defaultValue" not in kfp[name]:
+            assert value is None, name  # required in both
+        else:
+            expected = kfp[name]["defaultValue"]
+            assert (
+                type(expected)(yaml.safe_load(value) if not isinstance(expected, str) else value) == expected
+            )
+
+
+def test_retries_on_infrastructure_errors_except_train_and_deadlines() -> None:
+    found = templates(build_workflow(platform=PlatformOptions(retries=3, timeout_s=600)))
+    for spec in RL_STEP:
+        template = found[spec.name]
+        assert template["activeDeadlineSeconds"] == "600"
+        if spec.name == "train":
+            assert "retryStrategy" not in template  # it publishes a checkpoint
+        else:
+            assert template["retryStrategy"]["retryPolicy"] == "OnError"
+            assert template["retryStrategy"]["limit"] == "3"
+    assert all(
+        "retryStrategy" not in t
+        for t in templates(build_workflow(platform=PlatformOptions(retries=0))).values()
+    )
+
+
+def test_store_credentials_only_where_the_store_is_used_and_gpus_where_asked() -> None:
+    found = templates(build_workflow())
+    for spec in RL_STEP:
+        container = found[spec.name]["container"]
+        secrets = [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+        assert bool(secrets) == spec.store, spec.name
+        gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        assert gpus == ("1" if spec.name in ("rollout", "train") else None), spec.name
+    cpu_only = templates(build_workflow(platform=PlatformOptions(gpus=(), store_secret=None)))
+    assert all("resources" not in t.get("container", {"resources": 1}) for t in list(cpu_only.values())[1:])
+    assert all(
+        "secretKeyRef" not in e.get("valueFrom", {})
+        for t in list(cpu_only.values())[1:]
+        for e in t["container"]["env"]
+    )
+
+
+def test_hardened_pods_sandbox_account_and_s3_repository() -> None:
+    manifest = build_workflow(argo=ArgoOptions(service_account="runner", sandbox_service_account="sandboxer"))
+    spec = manifest["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["artifactRepositoryRef"] == {"configMap": "gagar-argo-artifacts", "key": "s3"}
+    pods = {
+        p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"] for p in pod_manifests(manifest)
+    }
+    assert pods["sandbox"]["serviceAccountName"] == "sandboxer"
+    assert {p["serviceAccountName"] for n, p in pods.items() if n != "sandbox"} == {"runner"}
+    for pod in pods.values():
+        assert pod["containers"][0]["securityContext"] == CONTAINER_SECURITY_CONTEXT
+        assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    for artifact in templates(manifest)["rollout"]["outputs"]["artifacts"]:
+        assert artifact["archive"] == {"none": {}}  # stored as plain files
+    assert "artifactRepositoryRef" not in build_workflow(argo=ArgoOptions(artifact_repository=None))["spec"]
+
+
+def test_cron_workflow_forbids_overlap_and_validates_its_schedule() -> None:
+    cron = build_cron_workflow(CronSchedule("30 1 * * 1-5", timezone="Europe/Berlin", starting_deadline_s=60))
+    assert cron["metadata"] == {"name": "gagar-rl", "labels": {"app.kubernetes.io/part-of": "gagar"}}
+    spec = cron["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid"
+    assert spec["schedules"] == ["30 1 * * 1-5"]
+    assert spec["timezone"] == "Europe/Berlin"
+    assert spec["startingDeadlineSeconds"] == 60
+    assert spec["workflowSpec"] == build_workflow()["spec"]
+    with pytest.raises(ValueError, match="5-field cron"):
+        CronSchedule("0 0 2 * * *")
+    with pytest.raises(ValueError, match="5-field cron"):
+        CronSchedule("0 2 * *; rm")
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        CronSchedule("0 2 * * *", timezone="Mars/Olympus")
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="DNS label"):
+        ArgoOptions(name="Gagar_RL")
+    with pytest.raises(ValueError, match="unknown pipeline parameters nope"):
+        ArgoOptions(parameters=(("nope", "1"),))
+    with pytest.raises(ValueError, match="steps_per_run must be at least 1"):
+        build_workflow(0)
+    with pytest.raises(ValueError, match="CONFIGMAP/KEY"):
+        parse_repository("only-a-name")
+    assert parse_repository("artifact-repositories/s3") == ("artifact-repositories", "s3")
+    assert parse_repository("") is None
+
+
+@pytest.mark.parametrize("kind", ["Workflow", "CronWorkflow"])
+def test_round_trip_through_the_sdk_models_and_pod_schemas(kind: str) -> None:
+    manifest = build_workflow(3) if kind == "Workflow" else build_cron_workflow(DEFAULT_SCHEDULE, 3)
+    model = to_model(yaml.safe_load(to_yaml(manifest)))
+    assert type(model).__name__ == f"IoArgoprojWorkflowV1alpha1{kind}"
+    assert to_manifest(model) == manifest
+    assert validate_pods(manifest) == len(RL_STEP)
+
+
+def test_schema_checks_catch_what_they_should() -> None:
+    unknown = build_workflow()
+    templates(unknown)["train"]["retries"] = 3
+    with pytest.raises(ArgoSchemaError, match=r"spec\.templates\[6\]\.retries"):
+        to_model(unknown)
+    mistyped = build_cron_workflow(DEFAULT_SCHEDULE)
+    mistyped["spec"]["startingDeadlineSeconds"] = "soon"
+    with pytest.raises(ArgoSchemaError, match="starting_deadline_seconds"):
+        to_model(mistyped)
+    bad_pod = build_workflow()
+    templates(bad_pod)["sandbox"]["container"]["securityContext"] = {"runAsNonRoot": "yes"}
+    with pytest.raises(ArgoSchemaError, match="gagar-rl-sandbox"):
+        validate_pods(bad_pod)
+    with pytest.raises(ArgoSchemaError, match="neither Workflow nor CronWorkflow"):
+        to_model({"kind": "Pod"})
+
+
+def test_shipped_default_manifests_are_current() -> None:
+    """docs/argo and the chart carry the compiled default Workflow and CronWorkflow.
+
+    Regenerate with ``gagar pipeline compile --target argo --out docs/argo/gagar-rl-workflow.yaml``
+    and ``... --schedule '0 2 * * *' --out helm/gagar/files/argo/gagar-rl-cronworkflow.yaml``.
+    """
+    expected = {"Workflow": build_workflow(), "CronWorkflow": build_cron_workflow(DEFAULT_SCHEDULE)}
+    for kind, path in SHIPPED.items():
+        assert path.read_text() == to_yaml(expected[kind]), f"{path} is stale: regenerate it"
+
+
+def test_cli_compiles_workflow_and_cron_workflow(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "wf.yaml"
+    result = runner.invoke(
+        app, ["compile", "--target", "argo", "--out", str(out), "--steps-per-run", "2", "--image-tag", "t1"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(out.read_text())
+    assert to_manifest(to_model(manifest)) == manifest
+    assert {
+        t["container"]["image"].rsplit(":", 1)[1] for t in templates(manifest).values() if "container" in t
+    } == {"t1"}
+    cron = tmp_path / "cron.yaml"
+    args = ["compile", "--target", "argo", "--out", str(cron), "--schedule", "0 3 * * *", "--timezone", "UTC"]
+    result = runner.invoke(app, [*args, "--param", "storage=s3://b/run", "--artifact-repository", ""])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(cron.read_text())
+    assert manifest["kind"] == "CronWorkflow"
+    assert {"name": "storage", "value": "s3://b/run"} in manifest["spec"]["workflowSpec"]["arguments"][
+        "parameters"
+    ]
+    assert "artifactRepositoryRef" not in manifest["spec"]["workflowSpec"]
+    for bad, message in (
+        (["--schedule", "0 0 3 * * *"], "5-field cron"),
+        (["--param", "nope=1"], "unknown pipeline parameters"),
+        (["--pipeline", "evaluation"], "rl pipeline only"),
+    ):
+        result = runner.invoke(app, ["compile", "--target", "argo", "--out", str(cron), *bad])
+        assert result.exit_code != 0
+        assert message in result.output, result.output
+    result = runner.invoke(app, ["compile", "--out", str(cron), "--schedule", "0 3 * * *"])
+    assert result.exit_code != 0
+    assert "--target argo" in result.output
+    result = runner.invoke(app, ["compile", "--out", str(cron), "--target", "tekton"])
+    assert result.exit_code != 0
+    assert "unknown target" in result.output
