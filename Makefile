@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/local
 
-.PHONY: run test install install-dev system-deps lint format bench clean
+.PHONY: run test install install-dev system-deps lint format bench clean vllm-env test-warm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ lint: install-dev
 
 test: install-dev system-deps lint
 	$(BIN)/pytest
+
+VLLM_VENV ?= .venv-vllm
+
+# vLLM's CPU build in an environment of its own (about 3.4 GiB, 6 minutes), for warm inference.
+vllm-env:
+	bash scripts/install-vllm-env.sh $(VLLM_VENV)
+
+# The warm-inference tests against a real vLLM server, including a 2-step RL loop through it.
+test-warm: install-dev system-deps vllm-env
+	GAGAR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/pytest tests/warm
 
 format: install-dev
 	$(BIN)/ruff format .

@@ -316,13 +316,18 @@ def train_stage(
     optim: dict | None = None,
     reference: PathLike | None = None,
     keep_last: int = 3,
+    lora: dict | None = None,
+    policy_version: str | None = None,
 ) -> dict[str, float]:
     """One policy update on the train batch; writes checkpoint ``step-N`` (model, optimizer, RNG) atomically.
 
     The optimizer state continues from the latest checkpoint under ``checkpoints`` when there is
     one; the weights come from ``policy`` (the directory the step's rollouts were sampled from);
     ``reference`` is the frozen policy of the KL term, used only when its coefficient is positive.
+    ``lora`` (:class:`gagar.train.lora.LoraSettings` fields) trains an adapter instead of every
+    weight; ``policy_version``, when set, is the version every trajectory must have been sampled by.
     """
+    from gagar.train.lora import LoraSettings
     from gagar.train.update import OptimConfig, run_update
 
     return run_update(
@@ -335,4 +340,6 @@ def train_stage(
         optim=OptimConfig.model_validate(optim or {}),
         reference=Path(reference) if reference is not None else None,
         keep_last=keep_last,
+        lora=LoraSettings.model_validate(lora or {}),
+        policy_version=policy_version,
     )

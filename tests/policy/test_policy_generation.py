@@ -11,7 +11,7 @@ import torch
 
 from gagar.policy.generation import HFBackend, sequence_logprobs
 from gagar.policy.model import load_policy
-from gagar.policy.openai_backend import EndpointError, OpenAIBackend, parse_token_id
+from gagar.policy.openai_backend import EndpointError, OpenAIBackend, StaleAdapterError, parse_token_id
 from gagar.policy.server import running_server
 from gagar.policy.trajectory import SamplingParams
 
@@ -51,9 +51,13 @@ def test_openai_backend_against_the_local_server(loaded) -> None:
         remote = OpenAIBackend(url, "tiny", hf.stop_token_ids).generate(prompts, params, n=2)
         with urllib.request.urlopen(url + "/models") as resp:
             assert json.loads(resp.read())["data"][0]["id"] == "tiny"
-        with pytest.raises(EndpointError, match="HTTP 400"):
+        with pytest.raises(StaleAdapterError, match="does not serve policy version 'other'"):
             OpenAIBackend(url, "other", hf.stop_token_ids).generate(prompts, params)
-    assert remote == hf.generate(prompts, params, n=2)  # same seed, same engine: same tokens and log-probs
+    assert {s.policy_version for s in remote[0]} == {"tiny"}
+    local = hf.generate(prompts, params, n=2)  # same seed, same engine: same tokens and log-probs
+    assert [(s.token_ids, s.logprobs, s.finish_reason) for s in remote[0]] == [
+        (s.token_ids, s.logprobs, s.finish_reason) for s in local[0]
+    ]
     for sample in remote[0]:
         ref = sequence_logprobs(model, prompts[0], sample.token_ids)
         torch.testing.assert_close(torch.tensor(sample.logprobs), ref, atol=1e-4, rtol=0)

@@ -78,11 +78,20 @@ def load_policy(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a policy (the tiny default or any Hugging Face causal LM checkpoint) in eval mode.
 
+    A LoRA adapter directory (``adapter_config.json``, :mod:`gagar.train.lora`) loads as its base
+    with the adapter applied; the tokenizer is the adapter directory's own, else the base's.
+
     Raises:
-        FileNotFoundError: if ``path`` has no ``config.json``.
+        FileNotFoundError: if ``path`` has neither ``config.json`` nor ``adapter_config.json``.
     """
+    from gagar.train.lora import is_adapter_dir, load_adapter
+
+    if is_adapter_dir(path):
+        return load_adapter(path, device=device, dtype=dtype)
     if not (Path(path) / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: not a Hugging Face model directory (no config.json)")
+        raise FileNotFoundError(
+            f"{path}: not a Hugging Face model directory (no config.json) nor a LoRA adapter directory"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
     model.eval()

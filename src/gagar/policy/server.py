@@ -1,33 +1,56 @@
 """A minimal OpenAI-compatible completions server for a local policy (``http.server``, loopback).
 
 Serves ``POST /v1/completions`` (prompt as text or token ids, ``n``, ``temperature``, ``top_p``,
-``max_tokens``, ``seed``, ``logprobs``, ``return_tokens_as_token_ids``) and ``GET /v1/models`` from
-any :class:`~gagar.policy.generation.GenerationBackend`, one request at a time. It is what tests and the
+``max_tokens``, ``seed``, ``logprobs``, ``return_tokens_as_token_ids``), ``GET /v1/models`` and
+``GET /health`` from any :class:`~gagar.policy.generation.GenerationBackend`, one request at a time.
+Given an adapter loader (:func:`peft_adapter_loader`) it also serves vLLM's runtime LoRA routes
+``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (``{"lora_name", "lora_path"}``), each
+adapter then sampled under its own model name, with vLLM's status codes. It is what tests and the
 one-machine pipeline use in place of a vLLM server; it is not meant to face a network.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.generation import GenerationBackend, Sample
+from gagar.policy.generation import GenerationBackend, HFBackend, Sample
 from gagar.policy.trajectory import SamplingParams
 
-__all__ = ["CompletionServer", "running_server"]
+__all__ = ["AdapterLoader", "CompletionServer", "peft_adapter_loader", "running_server"]
+
+AdapterLoader = Callable[[str], GenerationBackend]
+"""Builds the backend that samples with the LoRA adapter saved in a directory."""
 
 
 class RequestError(ValueError):
     """A request the server refuses (HTTP 400)."""
+
+
+class NotFoundError(LookupError):
+    """A model, adapter or route the server does not have (HTTP 404)."""
+
+
+def peft_adapter_loader(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> AdapterLoader:
+    """Loads a peft ``save_pretrained`` adapter onto a private copy of ``model`` (the base stays clean)."""
+
+    def load(path: str) -> GenerationBackend:
+        from peft import PeftModel
+
+        return HFBackend(PeftModel.from_pretrained(copy.deepcopy(model), path).eval(), tokenizer)
+
+    return load
 
 
 def _prompts(value: Any, tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
@@ -45,15 +68,52 @@ class CompletionServer:
     """Turns completion requests into backend calls and backend samples into OpenAI replies."""
 
     def __init__(
-        self, backend: GenerationBackend, tokenizer: PreTrainedTokenizerBase, model_name: str
+        self,
+        backend: GenerationBackend,
+        tokenizer: PreTrainedTokenizerBase,
+        model_name: str,
+        adapter_loader: AdapterLoader | None = None,
     ) -> None:
-        self.backend, self.tokenizer, self.model_name = backend, tokenizer, model_name
+        self.tokenizer, self.model_name, self.adapter_loader = tokenizer, model_name, adapter_loader
+        self.backends: dict[str, GenerationBackend] = {model_name: backend}
+        """Served name -> backend: the base model and each loaded adapter."""
         self._lock = threading.Lock()
+
+    def load_adapter(self, body: dict[str, Any]) -> str:
+        """``/v1/load_lora_adapter``: serve the adapter at ``lora_path`` as ``lora_name``."""
+        if self.adapter_loader is None:
+            raise NotFoundError("runtime LoRA loading is not enabled on this server")
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
+            raise RequestError("'lora_name' and 'lora_path' must both be non-empty strings")
+        if name in self.backends:
+            raise RequestError(f"The lora adapter '{name}' has already been loaded.")
+        try:
+            backend = self.adapter_loader(path)
+        except (OSError, ValueError) as exc:
+            raise RequestError(f"cannot load LoRA adapter {name!r} from {path}: {exc}") from None
+        with self._lock:
+            if name in self.backends:  # loaded by a concurrent request meanwhile
+                raise RequestError(f"The lora adapter '{name}' has already been loaded.")
+            self.backends[name] = backend
+        return f"Success: LoRA adapter '{name}' added successfully."
+
+    def unload_adapter(self, body: dict[str, Any]) -> str:
+        """``/v1/unload_lora_adapter``: stop serving the adapter ``lora_name``."""
+        name = body.get("lora_name")
+        if self.adapter_loader is None:
+            raise NotFoundError("runtime LoRA loading is not enabled on this server")
+        with self._lock:
+            if name == self.model_name or name not in self.backends:
+                raise NotFoundError(f"The lora adapter '{name}' cannot be found.")
+            del self.backends[name]
+        return f"Success: LoRA adapter '{name}' removed successfully."
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The reply to one ``/v1/completions`` request body."""
-        if body.get("model", self.model_name) != self.model_name:
-            raise RequestError(f"unknown model {body.get('model')!r}; this server serves {self.model_name!r}")
+        name = body.get("model", self.model_name)
+        if name not in self.backends:
+            raise NotFoundError(f"The model `{name}` does not exist (served: {sorted(self.backends)}).")
         prompts = _prompts(body.get("prompt"), self.tokenizer)
         try:
             params = SamplingParams(
@@ -68,7 +128,10 @@ class CompletionServer:
         if not isinstance(n, int) or n < 1:
             raise RequestError("'n' must be a positive integer")
         with self._lock:
-            samples = self.backend.generate(prompts, params, n)
+            backend = self.backends.get(name)
+            if backend is None:  # unloaded while this request was being parsed
+                raise NotFoundError(f"The model `{name}` does not exist.")
+            samples = backend.generate(prompts, params, n)
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_logprobs = body.get("logprobs") is not None
         choices = [
@@ -82,7 +145,7 @@ class CompletionServer:
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
             "created": int(time.time()),
-            "model": self.model_name,
+            "model": name,
             "choices": choices,
             "usage": {
                 "prompt_tokens": prompt_tokens,
@@ -124,35 +187,65 @@ def _handler(server: CompletionServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _text(self, code: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self) -> None:
-            if self.path.rstrip("/") == "/v1/models":
-                self._reply(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+            path = self.path.rstrip("/")
+            if path == "/v1/models":
+                data = [{"id": name, "object": "model"} for name in list(server.backends)]
+                self._reply(200, {"object": "list", "data": data})
+            elif path == "/health":
+                self._text(200, "")
             else:
                 self._reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
         def do_POST(self) -> None:
-            if self.path.rstrip("/") != "/v1/completions":
+            routes = {
+                "/v1/completions": server.complete,
+                "/v1/load_lora_adapter": server.load_adapter,
+                "/v1/unload_lora_adapter": server.unload_adapter,
+            }
+            route = routes.get(self.path.rstrip("/"))
+            if route is None:
                 self._reply(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 if not isinstance(body, dict):
                     raise RequestError("the request body must be a JSON object")
-                self._reply(200, server.complete(body))
+                answer = route(body)
+                if isinstance(answer, str):
+                    self._text(200, answer)
+                else:
+                    self._reply(200, answer)
             except (RequestError, json.JSONDecodeError) as exc:
                 self._reply(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            except NotFoundError as exc:
+                self._reply(404, {"error": {"message": str(exc.args[0]), "type": "not_found"}})
 
     return Handler
 
 
 @contextmanager
 def running_server(
-    backend: GenerationBackend, tokenizer: PreTrainedTokenizerBase, model_name: str, port: int = 0
+    backend: GenerationBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    model_name: str,
+    port: int = 0,
+    adapter_loader: AdapterLoader | None = None,
 ) -> Iterator[str]:
-    """Serve on ``127.0.0.1:port`` (0: any free port) in a thread; yields the ``/v1`` URL; stops on exit."""
-    httpd = ThreadingHTTPServer(
-        ("127.0.0.1", port), _handler(CompletionServer(backend, tokenizer, model_name))
-    )
+    """Serve on ``127.0.0.1:port`` (0: any free port) in a thread; yields the ``/v1`` URL; stops on exit.
+
+    With ``adapter_loader`` the runtime LoRA routes are enabled.
+    """
+    server = CompletionServer(backend, tokenizer, model_name, adapter_loader)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(server))
     thread = threading.Thread(target=httpd.serve_forever, name="gagar-completions", daemon=True)
     thread.start()
     try:

@@ -16,11 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gagar.advantage import Decay, Estimator
+from gagar.train.lora import LoraSettings
 from gagar.train.update import OptimConfig
 
 __all__ = [
     "AdvantageSettings",
     "GraderSettings",
+    "LoraSettings",
     "MetricsSettings",
     "RolloutSettings",
     "SandboxSettings",
@@ -51,9 +53,12 @@ class RolloutSettings(_Section):
     max_new_tokens: int = Field(default=256, ge=1)
     """Longest answer."""
     backend: str = "hf"
-    """Generation backend: hf (in process), vllm (GPU, in process) or openai (a server)."""
+    """Generation backend: hf (in process), vllm (GPU, in process), openai (a server) or server
+    (a warm ``gagar serve policy`` server that loads each step's LoRA adapter)."""
     endpoint: str | None = None
-    """OpenAI-compatible base URL for the openai backend."""
+    """Base URL of the server for the openai and server backends (``http://host:port/v1``)."""
+    served_model: str = "policy"
+    """The server's ``--served-model-name``: the SFT base, version ``base``, sampled before any update."""
 
 
 class SandboxSettings(_Section):
@@ -136,6 +141,19 @@ class TrainConfig(BaseSettings):
     advantage: AdvantageSettings = Field(default_factory=AdvantageSettings)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+
+    @model_validator(mode="after")
+    def _server_rollout_trains_adapters(self) -> TrainConfig:
+        if self.rollout.backend == "server":
+            if self.rollout.endpoint is None:
+                raise ValueError("rollout.backend 'server' needs rollout.endpoint (the policy server's URL)")
+            if not self.lora.enabled:
+                raise ValueError(
+                    "rollout.backend 'server' needs lora.enabled: the warm server loads adapters; "
+                    "full-weight updates need an engine restart per step"
+                )
+        return self
 
     @model_validator(mode="after")
     def _grader_is_configured(self) -> TrainConfig:

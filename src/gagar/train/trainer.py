@@ -3,10 +3,12 @@
 One step, top to bottom (the same stages the Kubeflow pipeline runs as components):
 
 1. rollout + sandbox, one generation batch at a time, until dynamic sampling has
-   ``train_batch_groups`` mixed groups or ``max_gen_batches`` ran out;
+   ``train_batch_groups`` mixed groups or ``max_gen_batches`` ran out (with ``rollout.backend:
+   server`` the warm policy server is first swapped to the step's adapter version);
 2. grade the kept groups (GAGAR only);
 3. redistribute: GRPO advantages, then GAGAR's rank-weighted rescaling;
-4. train: PPO-clip update, checkpoint ``step-N`` written atomically;
+4. train: PPO-clip update, checkpoint ``step-N`` written atomically; with ``lora.enabled`` the
+   update trains an adapter, published as version ``policy-step-{N+1}`` under ``adapters/``;
 5. log: one line in ``metrics.jsonl``, a Pushgateway push, the plot.
 
 A killed run resumes from the last complete checkpoint with ``resume=True``: the metrics log is
@@ -33,6 +35,7 @@ from gagar.advantage import Estimator, GenerationBatch, assemble_batch
 from gagar.records import atomic_write_text
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
+from gagar.train.lora import adapter_version, publish_adapter
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 
@@ -51,6 +54,8 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", keep_last=config.keep_checkpoints)
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
+        self._served_adapter: str | None = None
+        """The adapter this trainer last made the policy server load (server rollouts)."""
 
     # ----------------------------------------------------------------------------- the loop
 
@@ -98,9 +103,65 @@ class Trainer:
         self._publish(ckpt.step, metrics)
 
     def policy_for(self, step: int) -> Path:
-        """Weights step ``step`` samples from: the latest checkpoint before it, else the initial policy."""
+        """Weights step ``step`` samples from: the latest checkpoint before it, else the initial policy.
+
+        With LoRA the checkpoint's ``model/`` is an adapter directory (it names its base).
+        """
+        before = self._checkpoint_before(step)
+        return before.path / "model" if before else Path(self.config.policy)
+
+    def _checkpoint_before(self, step: int) -> Checkpoint | None:
         before = [c for c in self.checkpoints.checkpoints() if c.step < step]
-        return before[-1].path / "model" if before else Path(self.config.policy)
+        return before[-1] if before else None
+
+    # ----------------------------------------------------------------------------- adapters
+
+    @property
+    def adapters_dir(self) -> Path:
+        """Where each update's adapter is published: ``adapters/policy-step-N`` (LoRA only)."""
+        return self.run_dir / "adapters"
+
+    def publish_adapter(self, ckpt: Checkpoint) -> Path:
+        """Publish the adapter of checkpoint ``ckpt`` (update ``ckpt.step + 1``) locally and to the store.
+
+        Idempotent: an adapter already published (a resumed run) is left as it is.
+        """
+        version = adapter_version(ckpt.step + 1)
+        path = publish_adapter(ckpt.path / "model", self.adapters_dir, version)
+        uri = self.config.lora.publish_uri
+        if uri is not None:
+            from gagar.storage import open_store
+
+            store = open_store(uri)
+            if store.read_manifest(version) is None:
+                store.publish_dir(path, version, step=ckpt.step + 1)
+        return path
+
+    def _serve_version(self, step: int) -> tuple[str, float]:
+        """Make the policy server serve the weights of step ``step``; their version and the swap's seconds.
+
+        Before any update that is the server's base model (``rollout.served_model``); after update
+        ``N`` it is adapter ``policy-step-N``, loaded in place of the one served before. A resumed
+        trainer does not know what it loaded before its restart: its first swap unloads every other
+        ``policy-step-*`` the server holds.
+        """
+        from gagar.policy.vllm_server import PolicyServerClient, swap_adapter
+
+        rollout = self.config.rollout
+        client = PolicyServerClient(rollout.endpoint or "")
+        before = self._checkpoint_before(step)
+        version = adapter_version(before.step + 1) if before else rollout.served_model
+        seconds = 0.0
+        if before is not None:  # an adapter the server already serves (a resumed run) is kept
+            previous = self._served_adapter
+            seconds = swap_adapter(client, version, self.publish_adapter(before), previous)
+            if previous is None:
+                for name in client.served_models():
+                    if name.startswith("policy-step-") and name != version:
+                        client.unload_adapter(name)
+        client.require(version)
+        self._served_adapter = version if before is not None else None
+        return version, seconds
 
     def step(self, step: int) -> dict[str, Any]:
         """One RL step; returns its metrics."""
@@ -112,6 +173,10 @@ class Trainer:
         policy = self.policy_for(step)
         timings: dict[str, float] = {}
         started = time.perf_counter()
+        server = c.rollout.backend == "server"
+        version = str(policy)  # what the in-process backends record as the trajectories' version
+        if server:
+            version, timings["perf/adapter_swap_s"] = self._serve_version(step)
 
         trajectories: list[Path] = []
         results: list[Path] = []
@@ -134,8 +199,9 @@ class Trainer:
                             temperature=c.rollout.temperature,
                             top_p=c.rollout.top_p,
                             max_new_tokens=c.rollout.max_new_tokens,
-                            backend=c.rollout.backend,
+                            backend="openai" if server else c.rollout.backend,
                             endpoint=c.rollout.endpoint,
+                            model_name=version if server else None,
                             progress=self.progress,
                         )
                     )
@@ -159,6 +225,8 @@ class Trainer:
         )
 
         metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
+        if server:
+            metrics["policy_version"] = version
         metrics.update(self._rollout_summary(rollout_metrics, results))
         grades = None
         if c.advantage.algo is Estimator.GAGAR:
@@ -207,8 +275,13 @@ class Trainer:
                     optim=c.optim.model_dump(),
                     reference=c.policy,
                     keep_last=c.keep_checkpoints,
+                    lora=c.lora.model_dump(),
+                    policy_version=version,
                 )
             )
+        if c.lora.enabled:
+            adapter = self.publish_adapter(Checkpoint(step, self.checkpoints.path_for(step)))
+            metrics["lora/adapter_bytes"] = float(sum(p.stat().st_size for p in adapter.iterdir()))
         if not c.keep_step_artifacts:
             shutil.rmtree(step_dir, ignore_errors=True)
         metrics.update(timings)

@@ -17,9 +17,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gagar.policy.trajectory import Trajectory
 from gagar.train.checkpoint import CheckpointManager
+from gagar.train.lora import LoraSettings, is_adapter_dir, load_trainable
 from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
 
-__all__ = ["OptimConfig", "make_optimizer", "run_update", "update_policy"]
+__all__ = [
+    "OptimConfig",
+    "StaleTrajectoryError",
+    "check_policy_versions",
+    "make_optimizer",
+    "run_update",
+    "update_policy",
+]
+
+
+class StaleTrajectoryError(ValueError):
+    """A trajectory of the batch was sampled by another policy version than the one being updated."""
 
 
 class OptimConfig(BaseModel):
@@ -47,6 +59,23 @@ def make_optimizer(model: torch.nn.Module, config: OptimConfig) -> torch.optim.O
     if not params:
         raise ValueError("the policy has no trainable parameters")
     return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def check_policy_versions(trajectories: Sequence[Trajectory], expected: str) -> None:
+    """Refuse a batch holding a trajectory that another policy version sampled.
+
+    The PPO ratio is taken against the sampling policy's log-probs, so a trajectory of an older
+    adapter would be trained on as if it were on-policy.
+
+    Raises:
+        StaleTrajectoryError: naming the first such trajectory, its version and the expected one.
+    """
+    for t in trajectories:
+        if t.policy_version != expected:
+            raise StaleTrajectoryError(
+                f"trajectory {t.trajectory_id!r} was sampled by policy version {t.policy_version!r}, "
+                f"but the update is from {expected!r}: refusing a stale trajectory"
+            )
 
 
 def _temperature(trajectories: Sequence[Trajectory]) -> float:
@@ -139,10 +168,15 @@ def run_update(
     optim: OptimConfig | None = None,
     reference: Path | None = None,
     keep_last: int = 3,
+    lora: LoraSettings | None = None,
+    policy_version: str | None = None,
 ) -> dict[str, float]:
     """Load ``policy``, update it on the train batch, write checkpoint ``step`` (with the tokenizer).
 
-    The optimizer state continues from the latest checkpoint under ``checkpoints``, if any.
+    The optimizer state continues from the latest checkpoint under ``checkpoints``, if any. With
+    ``lora.enabled`` only an adapter is trained (``policy`` is the SFT base or the previous step's
+    adapter) and the checkpoint's ``model/`` is that adapter. With ``policy_version`` set, every
+    trajectory of the batch must carry it (:func:`check_policy_versions`).
     """
     from gagar.policy.model import load_policy
     from gagar.records import read_records
@@ -154,7 +188,18 @@ def run_update(
     missing = [e.trajectory_id for e in entries if e.trajectory_id not in by_id]
     if missing:
         raise ValueError(f"{batch}: trajectory {missing[0]!r} is in no trajectories file")
-    model, tokenizer = load_policy(policy)
+    if policy_version is not None:
+        check_policy_versions([by_id[e.trajectory_id] for e in entries], policy_version)
+    lora = lora or LoraSettings()
+    if lora.enabled:
+        model, tokenizer = load_trainable(policy, lora, seed=seed)
+    elif is_adapter_dir(policy):
+        raise ValueError(
+            f"{policy} is a LoRA adapter: enable lora to continue training it, or merge it into "
+            "a full model first (gagar.train.lora.export_merged)"
+        )
+    else:
+        model, tokenizer = load_policy(policy)
     optimizer = make_optimizer(model, config)
     manager = CheckpointManager(checkpoints, keep_last=keep_last)
     previous = manager.latest()

@@ -1,0 +1,71 @@
+"""``gagar serve``: long-running servers; ``gagar serve policy`` is the warm vLLM policy server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Long-running servers that outlive the pipeline steps.", no_args_is_help=True)
+
+
+@app.callback()
+def _group() -> None:
+    """Long-running servers that outlive the pipeline steps."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@app.command()
+def policy(
+    model: Path = typer.Option(
+        ..., "--model", exists=True, file_okay=False, help="Base policy directory (Hugging Face format)."
+    ),
+    enable_lora: bool = typer.Option(
+        False, "--enable-lora", help="Serve LoRA adapters, loadable at runtime (policy-step-N)."
+    ),
+    port: int | None = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    max_lora_rank: int = typer.Option(16, "--max-lora-rank", help="Largest adapter rank accepted."),
+    served_model_name: str = typer.Option("policy", help="Name of the base model in API requests."),
+    max_model_len: int = typer.Option(1024, help="Longest prompt + response in tokens."),
+    dtype: str = typer.Option("auto", help="Weights' dtype: auto, float32, bfloat16."),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="Skip graph compilation: faster start, slower sampling."
+    ),
+    python: Path | None = typer.Option(
+        None, help="The vLLM environment's python (env GAGAR_VLLM_PYTHON; default .venv-vllm/bin/python)."
+    ),
+    startup_timeout: float = typer.Option(300, help="Seconds to wait for /health."),
+) -> None:
+    """Start vLLM's OpenAI-compatible server for MODEL on loopback; stop it with Ctrl-C."""
+    import signal
+    import time
+
+    from gagar.policy.vllm_server import PolicyServerError, start_policy_server
+
+    try:
+        server = start_policy_server(
+            model, port=port, enable_lora=enable_lora, max_lora_rank=max_lora_rank, python=python,
+            startup_timeout_s=startup_timeout, served_model_name=served_model_name,
+            max_model_len=max_model_len, dtype=dtype, enforce_eager=enforce_eager,
+        )  # fmt: skip
+    except PolicyServerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    # SIGTERM (a pod or supervisor stopping us) and SIGINT (Ctrl-C, even where a shell ignored it) both
+    # stop the vLLM process group before this process exits
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt)
+    with server:
+        typer.echo(f"serving {model} as {served_model_name!r} at {server.base_url} (log {server.log_path})")
+        try:
+            while server.process.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            return
+    typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
+    raise typer.Exit(1)
