@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from gagar import __version__
-from gagar.cli import advantages, grader, pipeline, policy, run, runs, sandbox, serve, tasks
+from gagar.cli import advantages, experiment, grader, pipeline, policy, run, runs, sandbox, serve, tasks
 from gagar.cli.synthesize import synthesize
 from gagar.cli.train import train
 
@@ -49,6 +49,7 @@ app.add_typer(pipeline.app, name="pipeline")
 app.command("schedule")(run.schedule)
 app.add_typer(runs.app, name="runs")
 app.add_typer(serve.app, name="serve")
+app.add_typer(experiment.app, name="experiment")
 
 
 def main() -> None:

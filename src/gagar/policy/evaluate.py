@@ -1,22 +1,54 @@
-"""Quality of a policy's sampled answers: parse rate, pass@1 and the share of unclean fixes.
+"""Quality of a policy's sampled answers: parse rate, pass@1, clean fixes, patch size and length.
 
 Passing is decided by a sandbox backend (the real one: each patch runs the task's tests);
-unnecessary modifications by the patch-quality oracle (:func:`gagar.tasks.oracle.score_patch`).
+unnecessary modifications and patch size by the patch-quality oracle
+(:func:`gagar.tasks.oracle.score_patch`). :func:`judge_trajectories` gives one
+:class:`TrajectoryEval` record per answer, :func:`summarise` the :class:`RolloutQuality` of a set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
 from gagar.policy.trajectory import Trajectory
+from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.sandbox.results import Status, TestResult
+from gagar.tasks.diffs import DiffApplyError, DiffParseError
 from gagar.tasks.oracle import score_patch
 from gagar.tasks.schema import Task
 
-__all__ = ["RolloutQuality", "evaluate_trajectories"]
+__all__ = [
+    "RolloutQuality",
+    "TrajectoryEval",
+    "evaluate_detailed",
+    "evaluate_trajectories",
+    "judge_trajectories",
+    "summarise",
+]
+
+
+class TrajectoryEval(Record):
+    """One answer judged: its test verdict, and for a resolving answer the oracle's view of its patch."""
+
+    trajectory_id: str
+    instance_id: str
+    status: Status
+    resolved: bool
+    parsed: bool
+    """The answer parsed into a patch."""
+    clean: bool
+    """Resolved, and the oracle finds no unnecessary modification."""
+    diff_size: int | None
+    """Changed lines (added + removed) of a resolving patch; None when it does not resolve."""
+    relative_size: float | None
+    """``diff_size`` over the gold patch's changed lines; None when it does not resolve."""
+    n_response_tokens: int
+    turns: int
+    oracle_error: str | None = None
+    """Why the oracle could not score a resolving patch (counted as not clean, size unknown)."""
 
 
 class RolloutQuality(BaseModel):
@@ -26,16 +58,89 @@ class RolloutQuality(BaseModel):
     """Trajectories evaluated (infra errors excluded)."""
     parse_rate: float
     pass_at_1: float
+    """Share of answers that resolve their task (the resolved rate)."""
+    clean_resolved_rate: float
+    """Share of answers that resolve their task with no unnecessary modification."""
     unclean_share_of_resolving: float | None
     """Among resolving answers, the share the oracle calls not clean; None when none resolves."""
+    relative_diff_size_resolved: float | None
+    """Mean over resolving answers the oracle could score of changed lines relative to gold; None if none."""
+    response_tokens_mean: float
+    turns_mean: float
     n_resolved: int
     n_infra_errors: int
 
 
-def evaluate_trajectories(
+def judge_trajectories(
+    tasks: Mapping[str, Task], trajectories: Sequence[Trajectory], results: Sequence[TestResult]
+) -> list[TrajectoryEval]:
+    """One record per trajectory, pairing it with its result (same order) and scoring resolving patches.
+
+    Raises:
+        KeyError: a trajectory whose instance_id is not in ``tasks``.
+        ValueError: trajectories and results differ in length or trajectory ids.
+    """
+    if len(trajectories) != len(results):
+        raise ValueError(f"{len(trajectories)} trajectories but {len(results)} test results")
+    judged = []
+    for tr, result in zip(trajectories, results, strict=True):
+        if result.trajectory_id != tr.trajectory_id:
+            raise ValueError(
+                f"result {result.trajectory_id!r} does not belong to trajectory {tr.trajectory_id!r}"
+            )
+        quality, oracle_error = None, None
+        if result.resolved:
+            try:
+                quality = score_patch(tasks[tr.instance_id], tr.model_patch)
+            except (DiffParseError, DiffApplyError) as exc:  # the sandbox applied it; the oracle could not
+                oracle_error = f"{type(exc).__name__}: {exc}"
+        judged.append(
+            TrajectoryEval(
+                trajectory_id=tr.trajectory_id,
+                instance_id=tr.instance_id,
+                status=result.status,
+                resolved=result.resolved,
+                parsed=tr.parse_error is None,
+                clean=quality is not None and quality.clean,
+                diff_size=quality.diff_size if quality else None,
+                relative_size=quality.relative_size if quality else None,
+                n_response_tokens=tr.n_response_tokens,
+                turns=tr.turns,
+                oracle_error=oracle_error,
+            )
+        )
+    return judged
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
+    """The :class:`RolloutQuality` of ``judged``; infra errors are counted apart and excluded."""
+    kept = [j for j in judged if j.status != Status.INFRA_ERROR]
+    resolving = [j for j in kept if j.resolved]
+    n = len(kept)
+    return RolloutQuality(
+        n=n,
+        parse_rate=_mean([float(j.parsed) for j in kept]) or 0.0,
+        pass_at_1=len(resolving) / n if n else 0.0,
+        clean_resolved_rate=sum(j.clean for j in resolving) / n if n else 0.0,
+        unclean_share_of_resolving=_mean([float(not j.clean) for j in resolving]),
+        relative_diff_size_resolved=_mean(
+            [j.relative_size for j in resolving if j.relative_size is not None]
+        ),
+        response_tokens_mean=_mean([float(j.n_response_tokens) for j in kept]) or 0.0,
+        turns_mean=_mean([float(j.turns) for j in kept]) or 0.0,
+        n_resolved=len(resolving),
+        n_infra_errors=len(judged) - n,
+    )
+
+
+def evaluate_detailed(
     tasks: Sequence[Task], trajectories: Sequence[Trajectory], sandbox: SandboxBackend
-) -> tuple[RolloutQuality, list[TestResult]]:
-    """Run every trajectory's patch through ``sandbox`` and summarise (see :class:`RolloutQuality`).
+) -> tuple[RolloutQuality, list[TestResult], list[TrajectoryEval]]:
+    """Run every trajectory's patch through ``sandbox``; the summary, the results and the judged records.
 
     Raises:
         KeyError: a trajectory whose instance_id is not among ``tasks``.
@@ -51,16 +156,17 @@ def evaluate_trajectories(
         for tr in trajectories
     ]
     results = sandbox.evaluate(jobs)
-    kept = [(tr, r) for tr, r in zip(trajectories, results, strict=True) if r.status != Status.INFRA_ERROR]
-    resolving = [tr for tr, r in kept if r.resolved]
-    unclean = [tr for tr in resolving if not score_patch(by_id[tr.instance_id], tr.model_patch).clean]
-    n = len(kept)
-    quality = RolloutQuality(
-        n=n,
-        parse_rate=sum(tr.parse_error is None for tr, _ in kept) / n if n else 0.0,
-        pass_at_1=len(resolving) / n if n else 0.0,
-        unclean_share_of_resolving=len(unclean) / len(resolving) if resolving else None,
-        n_resolved=len(resolving),
-        n_infra_errors=len(trajectories) - n,
-    )
+    judged = judge_trajectories(by_id, trajectories, results)
+    return summarise(judged), results, judged
+
+
+def evaluate_trajectories(
+    tasks: Sequence[Task], trajectories: Sequence[Trajectory], sandbox: SandboxBackend
+) -> tuple[RolloutQuality, list[TestResult]]:
+    """Run every trajectory's patch through ``sandbox`` and summarise (see :class:`RolloutQuality`).
+
+    Raises:
+        KeyError: a trajectory whose instance_id is not among ``tasks``.
+    """
+    quality, results, _ = evaluate_detailed(tasks, trajectories, sandbox)
     return quality, results

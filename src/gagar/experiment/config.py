@@ -1,0 +1,229 @@
+"""The GRPO-vs-GAGAR experiment's settings (issue #8), read from a YAML file like ``configs/experiment.yaml``.
+
+Every arm trains from the same SFT checkpoint on the same tasks, seeds and number of steps; only the
+advantage estimator and the grader differ. ``train`` passes any other :class:`~gagar.train.config.TrainConfig`
+setting (rollout, sandbox, optim, the advantage's decay ...) through to every run unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gagar.advantage import Estimator
+from gagar.grader.run import GraderKind
+from gagar.train.config import SandboxSettings, TrainConfig
+
+__all__ = [
+    "ArmConfig",
+    "EvalSettings",
+    "ExperimentConfig",
+    "GraderSFTSettings",
+    "default_arms",
+    "load_experiment_config",
+]
+
+_RESERVED_TRAIN_KEYS = ("run_dir", "tasks", "policy", "steps", "seed", "grader")
+"""TrainConfig settings the experiment itself sets for every run; ``train`` may not override them."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ArmConfig(_Section):
+    """One arm: an advantage estimator and, for GAGAR, the grader that ranks the passing answers."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    """Short name; also the folder of the arm's runs."""
+    algo: Estimator
+    """grpo, dr_grpo or gagar."""
+    grader: GraderKind | None = None
+    """heuristic or learned (gagar only)."""
+    grader_model: Path | None = None
+    """Learned grader directory; None lets the harness train one on the training tasks."""
+
+    @model_validator(mode="after")
+    def _grader_matches_algo(self) -> ArmConfig:
+        if self.algo is Estimator.GAGAR and self.grader is None:
+            raise ValueError(f"arm {self.name!r}: algo gagar needs a grader (heuristic or learned)")
+        if self.algo is not Estimator.GAGAR and self.grader is not None:
+            raise ValueError(f"arm {self.name!r}: only algo gagar uses a grader, got {self.grader.value!r}")
+        if self.grader is GraderKind.LLM:
+            raise ValueError(f"arm {self.name!r}: the llm grader needs a server; use heuristic or learned")
+        if self.grader_model is not None and self.grader is not GraderKind.LEARNED:
+            raise ValueError(f"arm {self.name!r}: grader_model is only for the learned grader")
+        return self
+
+
+def default_arms() -> list[ArmConfig]:
+    """GRPO, GAGAR with the heuristic grader, GAGAR with the learned grader (trained by the harness)."""
+    return [
+        ArmConfig(name="grpo", algo=Estimator.GRPO),
+        ArmConfig(name="gagar-heuristic", algo=Estimator.GAGAR, grader=GraderKind.HEURISTIC),
+        ArmConfig(name="gagar-learned", algo=Estimator.GAGAR, grader=GraderKind.LEARNED),
+    ]
+
+
+class GraderSFTSettings(_Section):
+    """How the harness trains the learned grader when an arm names none (``gagar grader sft``)."""
+
+    groups_per_task: int = Field(default=3, ge=1)
+    """Noise groups built per training task."""
+    epochs: int = Field(default=300, ge=1)
+    """Full-batch training epochs."""
+    seed: int = 0
+    """Seed of the noise groups and the scorer."""
+
+
+class EvalSettings(_Section):
+    """How each final policy (and the SFT start) is sampled on the held-out tasks."""
+
+    samples_per_task: int = Field(default=4, ge=1)
+    """Answers sampled per held-out task."""
+    temperature: float = Field(default=1.0, gt=0)
+    """Sampling temperature."""
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling mass."""
+    max_new_tokens: int = Field(default=160, ge=1)
+    """Longest answer."""
+    backend: str = "hf"
+    """Generation backend: hf (in process) or vllm."""
+    seed_offset: int = 10_000
+    """The run of seed s is evaluated with sampling seed ``seed_offset + s`` (the SFT row: the first seed)."""
+
+
+class ExperimentConfig(_Section):
+    """The whole experiment: shared inputs, arms, seeds, steps, training and evaluation knobs."""
+
+    policy: Path
+    """The SFT checkpoint every arm starts from (a Hugging Face model directory)."""
+    train_tasks: Path
+    """RL training tasks (JSONL or parquet); also the learned grader's training tasks."""
+    heldout_tasks: Path
+    """Evaluation tasks, from repositories never seen in training."""
+    out_dir: Path = Path("runs/experiment")
+    """Where runs, evaluations, the learned grader, the report and plots go."""
+    arms: list[ArmConfig] = Field(default_factory=default_arms, min_length=1)
+    """The compared arms; the first GRPO arm is the baseline of the paired differences."""
+    seeds: list[int] = Field(default=[0, 1, 2], min_length=1)
+    """Training seeds; every arm runs every seed."""
+    steps: int = Field(default=8, ge=1)
+    """RL steps of every run."""
+    train: dict[str, Any] = Field(default_factory=dict)
+    """Other TrainConfig settings for every run (rollout, sandbox, optim, advantage decay, ...)."""
+    grader_sft: GraderSFTSettings = Field(default_factory=GraderSFTSettings)
+    evaluation: EvalSettings = Field(default_factory=EvalSettings)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+    @model_validator(mode="after")
+    def _arms_and_train_settings(self) -> ExperimentConfig:
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names) or "sft" in names:
+            raise ValueError(f"arm names must be distinct and not 'sft' (the baseline row), got {names}")
+        reserved = [k for k in _RESERVED_TRAIN_KEYS if k in self.train]
+        if "algo" in (self.train.get("advantage") or {}):
+            reserved.append("advantage.algo")
+        if reserved:
+            raise ValueError(f"train: {', '.join(reserved)} are set by the experiment per arm and seed")
+        for arm in self.arms:  # refuse a bad training setting now, not after hours of other runs
+            self.train_config(arm, self.seeds[0], grader_model=arm.grader_model or Path("grader"))
+        return self
+
+    @property
+    def baseline(self) -> ArmConfig | None:
+        """The arm the others are compared with: the first GRPO arm, if any."""
+        return next((a for a in self.arms if a.algo is Estimator.GRPO), None)
+
+    @property
+    def sandbox(self) -> SandboxSettings:
+        """Where tests run, for training and evaluation alike (``train.sandbox``)."""
+        return SandboxSettings(**(self.train.get("sandbox") or {}))
+
+    def run_dir(self, arm: ArmConfig, seed: int) -> Path:
+        """The trainer's run directory of ``arm`` at ``seed``."""
+        return self.out_dir / "runs" / arm.name / f"seed-{seed}"
+
+    def eval_dir(self, arm: str, seed: int | None) -> Path:
+        """Where the evaluation of ``arm`` at ``seed`` goes (``sft`` has no seed)."""
+        base = self.out_dir / "eval" / arm
+        return base if seed is None else base / f"seed-{seed}"
+
+    def train_config(self, arm: ArmConfig, seed: int, grader_model: Path | None) -> TrainConfig:
+        """The TrainConfig of one run: shared ``train`` settings, then this arm's estimator and grader.
+
+        Raises:
+            ValueError: a ``train`` setting TrainConfig refuses, naming it.
+        """
+        advantage = {**(self.train.get("advantage") or {}), "algo": arm.algo.value}
+        grader = {"kind": (arm.grader or GraderKind.HEURISTIC).value, "model": grader_model}
+        values = {
+            **self.train,
+            "run_dir": self.run_dir(arm, seed),
+            "tasks": self.train_tasks,
+            "policy": self.policy,
+            "steps": self.steps,
+            "seed": seed,
+            "advantage": advantage,
+            "grader": grader,
+        }
+        try:
+            return TrainConfig(**values)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"arm {arm.name!r}: invalid train settings: {problems}") from None
+
+
+def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative paths of the file are relative to the file's folder."""
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and not Path(value).is_absolute():
+            return str((base / value).resolve())
+        return value
+
+    out = dict(values)
+    for key in ("policy", "train_tasks", "heldout_tasks", "out_dir"):
+        if key in out:
+            out[key] = resolve(out[key])
+    if isinstance(out.get("arms"), list):
+        out["arms"] = [
+            {**arm, "grader_model": resolve(arm.get("grader_model"))} if isinstance(arm, dict) else arm
+            for arm in out["arms"]
+        ]
+    return out
+
+
+def load_experiment_config(
+    path: str | os.PathLike[str], overrides: dict[str, Any] | None = None
+) -> ExperimentConfig:
+    """The experiment described by the YAML file at ``path``, with ``overrides`` (command line) on top.
+
+    Raises:
+        ValueError: naming the file and the setting that is wrong.
+    """
+    try:
+        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the experiment config ({exc})") from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise ValueError(f"{path}: an experiment config must be a mapping of settings")
+    values = _resolve_paths(dict(loaded or {}), Path(path).resolve().parent)
+    try:
+        return ExperimentConfig(**(values | (overrides or {})))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise ValueError(f"{path}: invalid experiment config: {problems}") from None

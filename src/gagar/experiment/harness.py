@@ -1,0 +1,208 @@
+"""Run the experiment: train every (arm, seed) with the trainer, evaluate every final policy, resumably.
+
+Under ``config.out_dir``:
+
+- ``config.json``: the settings the runs were made with; a rerun with other run-shaping settings is refused
+  (adding seeds or arms is allowed: finished runs stay valid);
+- ``grader-learned/``: the learned grader the harness trained once, when an arm asks for one without a model;
+- ``runs/<arm>/seed-<s>/``: each trainer run (checkpoints, metrics.jsonl, training.png);
+- ``eval/sft/`` and ``eval/<arm>/seed-<s>/``: each held-out evaluation (:mod:`gagar.experiment.evaluation`);
+- ``timing.jsonl`` (seconds of each piece of work done) and ``sessions.jsonl`` (each invocation: command,
+  start, wall time, machine).
+
+A finished run is skipped, a half-finished one resumes from its last complete checkpoint
+(:func:`gagar.train.trainer.train` with ``resume``), a finished evaluation is never redone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from gagar.experiment.config import ArmConfig, ExperimentConfig
+from gagar.experiment.evaluation import EvalSummary, evaluate_policy, read_summary
+from gagar.grader.run import GraderKind
+from gagar.records import atomic_write_text
+
+__all__ = [
+    "CONFIG",
+    "SESSIONS",
+    "TIMING",
+    "Session",
+    "ensure_learned_grader",
+    "machine_description",
+    "run_experiment",
+    "train_run",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIG = "config.json"
+SESSIONS = "sessions.jsonl"
+TIMING = "timing.jsonl"
+_MAY_CHANGE = ("seeds", "arms", "out_dir")
+"""Settings a rerun may change without invalidating the runs already made."""
+
+
+class Session(BaseModel):
+    """One invocation of the harness."""
+
+    command: str
+    started: str
+    """UTC start time, ISO 8601."""
+    wall_s: float
+    machine: str
+
+
+def machine_description() -> str:
+    """The machine in words: OS, CPU, cores, memory, torch threads."""
+    import torch
+
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), Python {platform.python_version()}"
+    )
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _check_and_record_config(config: ExperimentConfig) -> None:
+    """Write ``config.json``; refuse when the runs already there were made with other settings.
+
+    Raises:
+        ValueError: naming the settings that differ.
+    """
+    path = config.out_dir / CONFIG
+    current = json.loads(config.model_dump_json())
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        changed = sorted(
+            k
+            for k in current.keys() | before.keys()
+            if k not in _MAY_CHANGE and current.get(k) != before.get(k)
+        )
+        if changed:
+            raise ValueError(
+                f"{config.out_dir} holds runs made with other settings ({', '.join(changed)} differ): "
+                "restore them or choose another output folder"
+            )
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(current, indent=1, sort_keys=True))
+
+
+def ensure_learned_grader(config: ExperimentConfig, progress: bool = True) -> Path:
+    """The harness's learned grader, trained once on the training tasks (``gagar grader sft``)."""
+    from gagar.grader.learned import ScorerConfig
+    from gagar.grader.sft import load_labelled_groups, train_grader
+
+    out = config.out_dir / "grader-learned"
+    if (out / "config.json").exists():  # save_scorer writes it last
+        return out
+    started = time.perf_counter()
+    s = config.grader_sft
+    groups = load_labelled_groups(config.train_tasks, groups_per_task=s.groups_per_task, seed=s.seed)
+    train_grader(groups, out, ScorerConfig(epochs=s.epochs, seed=s.seed), progress=progress)
+    _append(config.out_dir / TIMING, {"kind": "grader_sft", "seconds": time.perf_counter() - started})
+    return out
+
+
+def _finished(run_dir: Path, steps: int) -> Path | None:
+    """The final policy of a run that completed ``steps`` steps and logged them all; None otherwise."""
+    from gagar.train.checkpoint import CheckpointManager, MetricsLog
+
+    if not (run_dir / "checkpoints").exists():
+        return None
+    latest = CheckpointManager(run_dir / "checkpoints", keep_last=None).latest()
+    if latest is None or latest.step < steps - 1:
+        return None
+    logged = {int(row["step"]) for row in MetricsLog(run_dir / "metrics.jsonl").read()}
+    return latest.path / "model" if logged >= set(range(steps)) else None
+
+
+def train_run(
+    config: ExperimentConfig, arm: ArmConfig, seed: int, grader_model: Path | None, progress: bool = True
+) -> Path:
+    """Train (or resume, or skip when finished) the run of ``arm`` at ``seed``; its final policy directory."""
+    from gagar.train.trainer import train
+
+    run_dir = config.run_dir(arm, seed)
+    final = _finished(run_dir, config.steps)
+    if final is not None:
+        log.info("%s: finished, skipped", run_dir)
+        return final
+    started = time.perf_counter()
+    train(config.train_config(arm, seed, grader_model), resume=True, progress=progress)
+    _append(
+        config.out_dir / TIMING,
+        {"kind": "train", "arm": arm.name, "seed": seed, "seconds": time.perf_counter() - started},
+    )
+    final = _finished(run_dir, config.steps)
+    if final is None:
+        raise RuntimeError(f"{run_dir}: the trainer returned without a checkpoint of step {config.steps - 1}")
+    return final
+
+
+def _evaluate(
+    config: ExperimentConfig, policy: Path, arm: str, seed: int | None, progress: bool
+) -> EvalSummary:
+    out = config.eval_dir(arm, seed)
+    done = read_summary(out)
+    if done is not None:
+        return done
+    sandbox = config.sandbox
+    summary = evaluate_policy(
+        policy=policy,
+        tasks=config.heldout_tasks,
+        settings=config.evaluation,
+        out=out,
+        arm=arm,
+        seed=seed,
+        sampling_seed=config.evaluation.seed_offset + (config.seeds[0] if seed is None else seed),
+        sandbox=sandbox.backend,
+        workers=sandbox.workers,
+        progress=progress,
+    )
+    _append(config.out_dir / TIMING, {"kind": "eval", "arm": arm, "seed": seed, "seconds": summary.seconds})
+    return summary
+
+
+def run_experiment(config: ExperimentConfig, *, command: str, progress: bool = True) -> list[EvalSummary]:
+    """Run every missing piece of the experiment; the evaluations of the SFT start and of every run.
+
+    Raises:
+        ValueError: ``config.out_dir`` holds runs made with other settings.
+    """
+    started, wall = dt.datetime.now(dt.UTC), time.perf_counter()
+    _check_and_record_config(config)
+    try:
+        learned = None
+        if any(a.grader is GraderKind.LEARNED and a.grader_model is None for a in config.arms):
+            learned = ensure_learned_grader(config, progress)
+        summaries = [_evaluate(config, config.policy, "sft", None, progress)]
+        for seed in config.seeds:  # seed-major: every finished seed already gives paired differences
+            for arm in config.arms:
+                grader_model = arm.grader_model or (learned if arm.grader is GraderKind.LEARNED else None)
+                final = train_run(config, arm, seed, grader_model, progress)
+                summaries.append(_evaluate(config, final, arm.name, seed, progress))
+    finally:
+        session = Session(
+            command=command,
+            started=started.isoformat(timespec="seconds"),
+            wall_s=time.perf_counter() - wall,
+            machine=machine_description(),
+        )
+        _append(config.out_dir / SESSIONS, session.model_dump())
+    return summaries

@@ -1,0 +1,324 @@
+"""The experiment's report: the table with CIs over seeds, paired differences against GRPO, plots, markdown.
+
+Every interval is a 95% Student-t interval over the per-seed values (one number per seed: the
+mean over that seed's held-out answers); differences are paired by seed. The verdict is left for a
+person to write; :func:`mechanical_check` states the numbers the issue's aim is judged on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gagar.experiment.evaluation import SUMMARY, EvalSummary
+from gagar.experiment.harness import CONFIG, SESSIONS, TIMING, Session
+from gagar.experiment.plots import plot_metric_bars, plot_training_curves
+from gagar.experiment.stats import Interval, paired_difference, t_interval
+from gagar.policy.evaluate import RolloutQuality
+
+__all__ = [
+    "AIM_CLEAN_POINTS",
+    "METRICS",
+    "ExperimentResults",
+    "Metric",
+    "arm_interval",
+    "judge_aim",
+    "load_results",
+    "mechanical_check",
+    "paired_interval",
+    "render_report",
+    "write_report",
+]
+
+AIM_CLEAN_POINTS = 15.0
+"""The issue's aim: clean-resolved rate at least this many points above GRPO's."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One reported quantity of a held-out evaluation."""
+
+    key: str
+    label: str
+    value: Callable[[RolloutQuality], float | None]
+    scale: float = 1.0
+    """100 for rates, reported in percent (differences in points)."""
+    digits: int = 2
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("resolved", "resolved rate (%)", lambda q: q.pass_at_1, 100.0, 1),
+    Metric("clean_resolved", "clean-resolved rate (%)", lambda q: q.clean_resolved_rate, 100.0, 1),
+    Metric("diff_size", "diff size / gold, resolved", lambda q: q.relative_diff_size_resolved, 1.0, 2),
+    Metric("tokens", "response tokens / trajectory", lambda q: q.response_tokens_mean, 1.0, 1),
+    Metric("turns", "turns / trajectory", lambda q: q.turns_mean, 1.0, 2),
+    Metric("parse", "parse rate (%)", lambda q: q.parse_rate, 100.0, 1),
+)
+_BY_KEY = {m.key: m for m in METRICS}
+
+
+@dataclass(frozen=True)
+class ExperimentResults:
+    """What an experiment folder holds: its settings, evaluations, per-run curves and timings."""
+
+    config: dict[str, Any]
+    """``config.json`` as written by the harness."""
+    summaries: list[EvalSummary]
+    curves: dict[str, dict[str, list[list[float]]]]
+    """Training metric key -> arm -> per seed, the value at each step."""
+    sessions: list[Session]
+    seconds: dict[str, float]
+    """Work seconds by kind (train, eval, grader_sft)."""
+
+    @property
+    def arms(self) -> list[str]:
+        return [a["name"] for a in self.config["arms"]]
+
+    @property
+    def baseline(self) -> str | None:
+        """The first GRPO arm."""
+        return next((a["name"] for a in self.config["arms"] if a["algo"] == "grpo"), None)
+
+
+CURVE_KEYS = {
+    "rollout/resolved_rate": "training resolved rate",
+    "rollout/response_tokens_mean": "training response tokens",
+}
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_results(out_dir: Path) -> ExperimentResults:
+    """Read an experiment folder written by :func:`gagar.experiment.harness.run_experiment`.
+
+    Raises:
+        ValueError: the folder holds no ``config.json`` (not an experiment folder).
+    """
+    config_path = out_dir / CONFIG
+    if not config_path.exists():
+        raise ValueError(f"{out_dir}: no {CONFIG}; not an experiment folder (run `gagar experiment run`)")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    summaries = [
+        EvalSummary.model_validate_json(p.read_text(encoding="utf-8"))
+        for p in sorted((out_dir / "eval").rglob(SUMMARY))
+    ]
+    curves: dict[str, dict[str, list[list[float]]]] = {key: {} for key in CURVE_KEYS}
+    for arm in config["arms"]:
+        for seed in config["seeds"]:
+            rows = _read_jsonl(out_dir / "runs" / arm["name"] / f"seed-{seed}" / "metrics.jsonl")
+            for key in CURVE_KEYS:
+                values = [float(r[key]) for r in sorted(rows, key=lambda r: r["step"]) if key in r]
+                if values and all(math.isfinite(v) for v in values):
+                    curves[key].setdefault(arm["name"], []).append(values)
+    seconds: dict[str, float] = {}
+    for row in _read_jsonl(out_dir / TIMING):
+        seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + float(row["seconds"])
+    sessions = [Session.model_validate(row) for row in _read_jsonl(out_dir / SESSIONS)]
+    return ExperimentResults(config, summaries, curves, sessions, seconds)
+
+
+def _per_seed(results: ExperimentResults, arm: str, metric: Metric) -> dict[int | None, float]:
+    """Seed -> scaled value of ``metric`` for ``arm`` (seeds without a value are left out)."""
+    out: dict[int | None, float] = {}
+    for s in results.summaries:
+        value = metric.value(s.quality) if s.arm == arm else None
+        if value is not None:
+            out[s.seed] = value * metric.scale
+    return out
+
+
+def arm_interval(results: ExperimentResults, arm: str, metric: Metric) -> Interval | None:
+    """Mean over seeds of ``metric`` for ``arm`` with its 95% t-interval; None when no seed has a value."""
+    values = list(_per_seed(results, arm, metric).values())
+    return t_interval(values) if values else None
+
+
+def paired_interval(
+    results: ExperimentResults, treatment: str, control: str, metric: Metric
+) -> Interval | None:
+    """Paired 95% t-interval of ``treatment − control`` over the seeds both have; None when none."""
+    a, b = _per_seed(results, treatment, metric), _per_seed(results, control, metric)
+    seeds = sorted(s for s in a.keys() & b.keys() if s is not None)
+    return paired_difference([a[s] for s in seeds], [b[s] for s in seeds]) if seeds else None
+
+
+def _fmt(interval: Interval | None, digits: int, signed: bool = False) -> str:
+    if interval is None:
+        return "n/a"
+    sign = "+" if signed else ""
+    text = f"{interval.mean:{sign}.{digits}f}"
+    if interval.low is not None and interval.high is not None:
+        text += f" [{interval.low:{sign}.{digits}f}, {interval.high:{sign}.{digits}f}]"
+    return text if interval.n > 1 else text + " (n=1)"
+
+
+def mechanical_check(results: ExperimentResults) -> list[str]:
+    """One line per GAGAR arm: clean-resolved and resolved differences against GRPO, and whether the aim
+    (clean-resolved at least +15 points, resolved not lower beyond noise) is met by these numbers."""
+    control = results.baseline
+    if control is None:
+        return ["no GRPO arm: nothing to compare against"]
+    lines = []
+    clean, resolved = _BY_KEY["clean_resolved"], _BY_KEY["resolved"]
+    for arm in results.arms:
+        if arm == control:
+            continue
+        dc = paired_interval(results, arm, control, clean)
+        dr = paired_interval(results, arm, control, resolved)
+        if dc is None or dr is None:
+            lines.append(f"{arm} vs {control}: no paired seeds evaluated yet")
+            continue
+        verdict = judge_aim(dc, dr)
+        lines.append(
+            f"{arm} vs {control}: clean-resolved {dc.mean:+.1f} points, 95% CI "
+            f"{_ci(dc)}; resolved {dr.mean:+.1f} points, 95% CI {_ci(dr)}; aim {verdict}"
+        )
+    return lines
+
+
+def judge_aim(clean_diff: Interval, resolved_diff: Interval) -> str:
+    """Whether paired differences (in points) meet the aim: clean-resolved at least +15 points on average
+    and resolved not lower beyond noise (the upper end of its 95% interval at or above 0)."""
+    if resolved_diff.high is None:
+        return "cannot be judged with one seed"
+    clean_ok = clean_diff.mean >= AIM_CLEAN_POINTS
+    resolved_ok = resolved_diff.high >= 0.0
+    relation = "≥" if clean_ok else "<"
+    return (
+        f"{'met' if clean_ok and resolved_ok else 'not met'} (clean-resolved {relation} "
+        f"+{AIM_CLEAN_POINTS:.0f} points; resolved "
+        + ("not lower beyond noise)" if resolved_ok else "lower beyond noise: its CI is below 0)")
+    )
+
+
+def _ci(interval: Interval) -> str:
+    if interval.low is None or interval.high is None:
+        return "n/a (1 seed)"
+    return f"[{interval.low:+.1f}, {interval.high:+.1f}]"
+
+
+def _count_lines(path: str) -> str:
+    p = Path(path)
+    return (
+        str(sum(1 for line in p.open(encoding="utf-8") if line.strip()))
+        if p.suffix == ".jsonl" and p.exists()
+        else "?"
+    )
+
+
+def _show(path: str) -> str:
+    """``path`` relative to the working directory when it lies under it (reports go into the repository)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+def _table(results: ExperimentResults) -> list[str]:
+    rows = ["| arm | seeds | " + " | ".join(m.label for m in METRICS) + " |"]
+    rows.append("|---" * (len(METRICS) + 2) + "|")
+    for arm in ["sft", *results.arms]:
+        n = sum(1 for s in results.summaries if s.arm == arm)
+        cells = [_fmt(arm_interval(results, arm, m), m.digits) for m in METRICS]
+        rows.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _paired_table(results: ExperimentResults) -> list[str]:
+    control = results.baseline
+    if control is None:
+        return ["No GRPO arm: no paired differences."]
+    rows = [
+        f"| arm − {control} | " + " | ".join(m.label for m in METRICS) + " |",
+        "|---" * (len(METRICS) + 1) + "|",
+    ]
+    for arm in results.arms:
+        if arm != control:
+            cells = [_fmt(paired_interval(results, arm, control, m), m.digits, signed=True) for m in METRICS]
+            rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
+    """The markdown report; ``plots`` maps a caption to an image path relative to the report."""
+    c, ev = results.config, results.config["evaluation"]
+    wall = sum(s.wall_s for s in results.sessions)
+    lines = [
+        "# GAGAR vs GRPO (issue #8)",
+        "",
+        f"Starting policy `{_show(c['policy'])}`; {_count_lines(c['train_tasks'])} training tasks "
+        f"(`{_show(c['train_tasks'])}`), {_count_lines(c['heldout_tasks'])} held-out tasks "
+        f"(`{_show(c['heldout_tasks'])}`). "
+        f"Arms {', '.join(results.arms)}; seeds {c['seeds']}; {c['steps']} RL steps each. Held-out "
+        f"evaluation: {ev['samples_per_task']} answers per task at temperature {ev['temperature']}, "
+        f"at most {ev['max_new_tokens']} new tokens. Training settings passed to every run: "
+        f"`{json.dumps(c['train'], sort_keys=True)}`.",
+        "",
+        "## How it was run",
+        "",
+        *[
+            f"- `{s.command}` (started {s.started}, {s.wall_s / 60:.1f} min) on {s.machine}"
+            for s in results.sessions
+        ],
+        "",
+        f"Wall time over all sessions: {wall / 60:.1f} min (work: "
+        + ", ".join(f"{k} {v / 60:.1f} min" for k, v in sorted(results.seconds.items()))
+        + ").",
+        "",
+        "## Held-out results",
+        "",
+        "Each cell: mean over seeds [95% Student-t interval over the per-seed values]. `sft` is the "
+        "starting policy, evaluated once (no interval). Diff size is changed lines of a resolving patch "
+        "over changed lines of the gold patch, averaged over resolving answers; clean-resolved means "
+        "resolved with no unnecessary modification according to the patch-quality oracle.",
+        "",
+        *_table(results),
+        "",
+        "## Paired differences against GRPO",
+        "",
+        "Per seed, the arm's value minus GRPO's on the same seed; mean [95% paired t-interval]. "
+        "Rates in points.",
+        "",
+        *_paired_table(results),
+        "",
+        "## Mechanical check of the aim",
+        "",
+        *[f"- {line}" for line in mechanical_check(results)],
+        "",
+        *[f"![{caption}]({path})\n" for caption, path in plots.items()],
+        "## Verdict",
+        "",
+        "_To be written by a person after reading the numbers above._",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_report(out_dir: Path, report: Path) -> list[str]:
+    """Write the markdown report and its two plots (``<stem>-metrics.png``, ``<stem>-training.png``)
+    next to ``report``; returns the mechanical check lines."""
+    results = load_results(out_dir)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    bars = report.with_name(f"{report.stem}-metrics.png")
+    panels = {m.label: {a: arm_interval(results, a, m) for a in ["sft", *results.arms]} for m in METRICS}
+    plot_metric_bars(panels, bars)
+    plots = {"held-out metrics per arm, 95% CI over seeds": bars.name}
+    if any(results.curves.values()):
+        training = report.with_name(f"{report.stem}-training.png")
+        curve_panels = {
+            title: results.curves[key] for key, title in CURVE_KEYS.items() if results.curves[key]
+        }
+        plot_training_curves(curve_panels, training)
+        plots["training curves: mean over seeds, band: 95% t-interval"] = training.name
+    from gagar.records import atomic_write_text
+
+    atomic_write_text(report, render_report(results, plots))
+    return mechanical_check(results)

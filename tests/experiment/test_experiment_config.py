@@ -1,0 +1,73 @@
+"""The experiment config: defaults, relative paths, the TrainConfig of each run, and clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gagar.advantage import Estimator
+from gagar.experiment.config import load_experiment_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(tmp_path: Path, **values) -> Path:
+    path = tmp_path / "exp.yaml"
+    base = {"policy": "policy", "train_tasks": "train.jsonl", "heldout_tasks": "held.jsonl"}
+    path.write_text(yaml.safe_dump(base | values))
+    return path
+
+
+def test_defaults_are_three_arms_three_seeds_and_paths_relative_to_the_file(tmp_path):
+    config = load_experiment_config(_write(tmp_path))
+    assert [a.name for a in config.arms] == ["grpo", "gagar-heuristic", "gagar-learned"]
+    assert config.seeds == [0, 1, 2]
+    assert config.policy == tmp_path / "policy"
+    assert config.heldout_tasks == tmp_path / "held.jsonl"
+    assert config.baseline is not None
+    assert config.baseline.name == "grpo"
+
+
+def test_each_run_gets_the_shared_train_settings_and_its_arms_estimator(tmp_path):
+    config = load_experiment_config(
+        _write(tmp_path, steps=3, train={"rollout": {"group_size": 4}, "advantage": {"gamma": 0.7}})
+    )
+    learned = config.arms[2]
+    run = config.train_config(learned, 2, grader_model=tmp_path / "g")
+    assert (run.steps, run.seed, run.rollout.group_size, run.advantage.gamma) == (3, 2, 4, 0.7)
+    assert run.advantage.algo is Estimator.GAGAR
+    assert run.grader.kind == "learned"
+    assert run.run_dir == config.out_dir / "runs" / "gagar-learned" / "seed-2"
+    grpo = config.train_config(config.arms[0], 2, grader_model=None)
+    assert grpo.advantage.algo is Estimator.GRPO
+    assert grpo.rollout.group_size == 4
+
+
+def test_the_repository_config_loads():
+    config = load_experiment_config(REPO / "configs" / "experiment.yaml")
+    assert config.out_dir == REPO / "runs" / "experiment"
+    assert len(config.seeds) >= 3
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"train": {"steps": 3}}, r"train: steps are set by the experiment"),
+        ({"train": {"advantage": {"algo": "grpo"}}}, r"advantage.algo are set by the experiment"),
+        ({"train": {"rollout": {"group": 3}}}, r"arm 'grpo': invalid train settings: rollout.group"),
+        ({"arms": [{"name": "g", "algo": "gagar"}]}, r"algo gagar needs a grader"),
+        ({"arms": [{"name": "g", "algo": "grpo", "grader": "heuristic"}]}, r"only algo gagar uses a grader"),
+        (
+            {"arms": [{"name": "a", "algo": "grpo"}, {"name": "a", "algo": "grpo"}]},
+            r"arm names must be distinct",
+        ),
+        ({"seeds": [1, 1]}, r"seeds must be distinct"),
+        ({"surprise": 1}, r"surprise"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_file_and_the_setting(tmp_path, values, message):
+    with pytest.raises(ValueError, match=r"exp.yaml: invalid experiment config") as err:
+        load_experiment_config(_write(tmp_path, **values))
+    assert err.match(message)

@@ -1,0 +1,94 @@
+"""Per-answer judgements and their summary: real sandbox runs of gold, noisy and empty patches."""
+
+from __future__ import annotations
+
+import pytest
+
+from gagar.policy.evaluate import TrajectoryEval, evaluate_detailed, evaluate_trajectories, summarise
+from gagar.policy.trajectory import Trajectory
+from gagar.sandbox.local import LocalBackend
+from gagar.sandbox.results import Status
+from gagar.tasks.noise import add_noise
+
+
+def _answer(task, name: str, patch: str, n_tokens: int) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"{task.instance_id}/{name}",
+        instance_id=task.instance_id,
+        group_id=task.instance_id,
+        model_patch=patch,
+        parse_error=None if patch else "no edit blocks",
+        response_token_ids=list(range(n_tokens)),
+        old_logprobs=[0.0] * n_tokens,
+        loss_mask=[1] * n_tokens,
+        n_response_tokens=n_tokens,
+    )
+
+
+def test_gold_noisy_and_empty_answers_are_judged_and_summarised(experiment_train_tasks):
+    task = experiment_train_tasks[0]
+    noisy_patch = add_noise(task, task.patch, ["comment", "dead_code"], rng=1)
+    answers = [
+        _answer(task, "gold", task.patch, 10),
+        _answer(task, "noisy", noisy_patch, 30),
+        _answer(task, "empty", "", 5),
+    ]
+    quality, results, judged = evaluate_detailed([task], answers, LocalBackend(workers=2))
+
+    gold, noisy, empty = judged
+    assert [r.trajectory_id for r in results] == [a.trajectory_id for a in answers]
+    assert (gold.resolved, gold.clean, gold.relative_size) == (True, True, 1.0)
+    assert noisy.resolved
+    assert not noisy.clean
+    assert noisy.relative_size > 1.0
+    assert noisy.diff_size > gold.diff_size
+    assert (empty.resolved, empty.clean, empty.parsed, empty.relative_size) == (False, False, False, None)
+
+    assert quality.n == 3
+    assert quality.pass_at_1 == pytest.approx(2 / 3)
+    assert quality.clean_resolved_rate == pytest.approx(1 / 3)
+    assert quality.unclean_share_of_resolving == pytest.approx(1 / 2)
+    assert quality.relative_diff_size_resolved == pytest.approx((1.0 + noisy.relative_size) / 2)
+    assert quality.response_tokens_mean == pytest.approx(15.0)
+    assert quality.turns_mean == 1.0
+    assert quality.parse_rate == pytest.approx(2 / 3)
+    # The evaluate component's entry point gives the same summary.
+    assert evaluate_trajectories([task], answers, LocalBackend(workers=2))[0] == quality
+
+
+def _judged(status: Status, resolved: bool, clean: bool, size: float | None, tokens: int, turns: int = 1):
+    return TrajectoryEval(
+        trajectory_id=f"t{tokens}",
+        instance_id="i",
+        status=status,
+        resolved=resolved,
+        parsed=True,
+        clean=clean,
+        diff_size=None if size is None else 4,
+        relative_size=size,
+        n_response_tokens=tokens,
+        turns=turns,
+    )
+
+
+def test_infra_errors_are_left_out_of_every_rate():
+    judged = [
+        _judged(Status.PASSED, True, True, 1.0, 10, turns=2),
+        _judged(Status.PASSED, True, False, 3.0, 20),
+        _judged(Status.FAILED, False, False, None, 30),
+        _judged(Status.INFRA_ERROR, False, False, None, 1000, turns=9),
+    ]
+    q = summarise(judged)
+    assert (q.n, q.n_infra_errors, q.n_resolved) == (3, 1, 2)
+    assert q.pass_at_1 == pytest.approx(2 / 3)
+    assert q.clean_resolved_rate == pytest.approx(1 / 3)
+    assert q.relative_diff_size_resolved == pytest.approx(2.0)
+    assert q.response_tokens_mean == pytest.approx(20.0)
+    assert q.turns_mean == pytest.approx(4 / 3)
+
+
+def test_nothing_resolving_leaves_the_resolved_only_metrics_unset():
+    q = summarise([_judged(Status.FAILED, False, False, None, 7)])
+    assert (q.pass_at_1, q.clean_resolved_rate) == (0.0, 0.0)
+    assert q.relative_diff_size_resolved is None
+    assert q.unclean_share_of_resolving is None

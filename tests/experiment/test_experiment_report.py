@@ -1,0 +1,114 @@
+"""The report's numbers from hand-made evaluations: per-arm intervals, paired differences, the aim check."""
+
+from __future__ import annotations
+
+import pytest
+
+from gagar.experiment.evaluation import EvalSummary
+from gagar.experiment.report import (
+    METRICS,
+    ExperimentResults,
+    arm_interval,
+    judge_aim,
+    mechanical_check,
+    paired_interval,
+    render_report,
+)
+from gagar.experiment.stats import Interval, t_interval
+from gagar.policy.evaluate import RolloutQuality
+
+RESOLVED = next(m for m in METRICS if m.key == "resolved")
+CLEAN = next(m for m in METRICS if m.key == "clean_resolved")
+SIZE = next(m for m in METRICS if m.key == "diff_size")
+
+
+def _summary(arm: str, seed: int | None, resolved: float, clean: float, size: float | None) -> EvalSummary:
+    quality = RolloutQuality(
+        n=100,
+        parse_rate=0.9,
+        pass_at_1=resolved,
+        clean_resolved_rate=clean,
+        unclean_share_of_resolving=None if not resolved else 1 - clean / resolved,
+        relative_diff_size_resolved=size,
+        response_tokens_mean=80.0,
+        turns_mean=1.0,
+        n_resolved=int(resolved * 100),
+        n_infra_errors=0,
+    )
+    return EvalSummary(arm=arm, seed=seed, policy="p", sampling_seed=0, quality=quality, seconds=1.0)
+
+
+def _results(gagar: list[tuple[float, float, float | None]]) -> ExperimentResults:
+    grpo = [(0.40, 0.10, 2.0), (0.50, 0.20, 3.0), (0.30, 0.05, None)]
+    config = {
+        "arms": [{"name": "grpo", "algo": "grpo"}, {"name": "gagar-heuristic", "algo": "gagar"}],
+        "seeds": [0, 1, 2],
+        "steps": 8,
+        "policy": "policy",
+        "train_tasks": "train.jsonl",
+        "heldout_tasks": "held.jsonl",
+        "train": {},
+        "evaluation": {"samples_per_task": 4, "temperature": 1.0, "max_new_tokens": 128},
+    }
+    summaries = [_summary("sft", None, 0.2, 0.05, 1.5)]
+    summaries += [_summary("grpo", s, *v) for s, v in enumerate(grpo)]
+    summaries += [_summary("gagar-heuristic", s, *v) for s, v in enumerate(gagar)]
+    return ExperimentResults(config, summaries, {}, [], {})
+
+
+def _triple(i: Interval) -> tuple[float, float | None, float | None]:
+    return i.mean, i.low, i.high
+
+
+def test_arm_intervals_are_over_seeds_in_percent_and_skip_missing_values():
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    resolved = arm_interval(results, "grpo", RESOLVED)
+    expected = t_interval([40.0, 50.0, 30.0])
+    assert (resolved.mean, resolved.low, resolved.high) == pytest.approx(
+        (expected.mean, expected.low, expected.high)
+    )
+    size = arm_interval(results, "grpo", SIZE)
+    assert size.n == 2  # seed 2 resolved nothing measurable
+    assert size.mean == pytest.approx(2.5)
+    assert arm_interval(results, "sft", RESOLVED).low is None
+
+
+def test_paired_differences_use_matching_seeds():
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    clean = paired_interval(results, "gagar-heuristic", "grpo", CLEAN)
+    expected = t_interval([20.0, 21.0, 20.0])
+    assert _triple(clean) == pytest.approx(_triple(expected))
+    assert paired_interval(results, "gagar-heuristic", "grpo", SIZE).n == 2
+
+
+def test_the_aim_is_met_only_with_15_points_more_clean_and_no_resolved_loss_beyond_noise():
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    [line] = mechanical_check(results)
+    assert line.startswith("gagar-heuristic vs grpo: clean-resolved +20.3 points, 95% CI [")
+    assert "aim met" in line
+
+    lower = _results([(0.30, 0.30, 1.1), (0.41, 0.41, 1.2), (0.21, 0.25, 1.0)])
+    [line] = mechanical_check(lower)
+    assert "aim not met" in line
+    assert "resolved lower beyond noise" in line
+
+    def iv(mean: float, low: float | None, high: float | None) -> Interval:
+        return Interval(mean=mean, low=low, high=high, n=3 if low is not None else 1, confidence=0.95)
+
+    assert judge_aim(iv(14.9, 10.0, 19.8), iv(0.0, -1.0, 1.0)).startswith("not met (clean-resolved < +15")
+    assert judge_aim(iv(15.0, -5.0, 35.0), iv(-8.0, -20.0, 0.0)).startswith("met")
+    assert judge_aim(iv(30.0, None, None), iv(0.0, None, None)) == "cannot be judged with one seed"
+
+
+def test_the_markdown_has_the_table_the_paired_table_the_check_and_a_blank_verdict():
+    text = render_report(
+        _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)]), {"bars": "x.png"}
+    )
+    table = text.split("## Held-out results")[1].split("## Paired")[0]
+    assert "| grpo | 3 | 40.0 [" in table
+    assert "| sft | 1 | 20.0 (n=1) |" in table
+    paired = text.split("## Paired differences against GRPO")[1].split("## Mechanical")[0]
+    assert "| gagar-heuristic | " in paired
+    assert "+20.3 [" in paired
+    assert "![bars](x.png)" in text
+    assert text.rstrip().endswith("_To be written by a person after reading the numbers above._")
