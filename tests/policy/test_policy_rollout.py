@@ -63,3 +63,24 @@ def test_cli_rollout_and_sft(tiny_policy, tasks, tmp_path) -> None:
     result = CliRunner().invoke(app, [*sft_args, "--batch-size", "1", "--noise-share", "0"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "p" / "model.safetensors").is_file()
+
+
+def test_cli_policy_eval_tests_every_answer_in_the_sandbox(tiny_policy, tmp_path) -> None:
+    from gagar.tasks.generate import generate_tasks
+
+    tasks = generate_tasks(2, seed=5, split="heldout", workers=1)  # verified: an empty patch fails
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_records(tasks_file, tasks)
+    app = typer.Typer()
+    app.add_typer(policy_cli.app, name="policy")
+    args = ["policy", "eval", "--policy", str(tiny_policy), "--tasks", str(tasks_file), "--out"]
+    result = CliRunner().invoke(
+        app, [*args, str(tmp_path / "eval"), "--max-new-tokens", "16", "--workers", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    quality = json.loads(result.output[result.output.index("{") :])
+    assert quality["n"] + quality["n_infra_errors"] == len(tasks)
+    assert 0.0 <= quality["parse_rate"] <= 1.0
+    assert quality["pass_at_1"] <= quality["parse_rate"]
+    assert len(read_records(tmp_path / "eval" / "trajectories.jsonl", Trajectory)) == len(tasks)
+    assert (tmp_path / "eval" / "summary.json").is_file()

@@ -18,7 +18,7 @@ from gagar.tasks.oracle import score_patch
 
 TINY = {
     "vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
-    "intermediate_size": 64, "batch_size": 3, "warmup_steps": 2, "lr": 3e-3, "max_prompt_tokens": 512,
+    "intermediate_size": 64, "batch_size": 3, "warmup_steps": 2, "lr": 1e-2, "max_prompt_tokens": 512,
 }  # fmt: skip
 
 
@@ -42,7 +42,7 @@ def test_resume_equals_uninterrupted(tasks, tmp_path) -> None:
     assert not (tmp_path / "b" / "model.safetensors").exists()
     resumed = train_sft(tasks, tmp_path / "b", config, resume=True, progress=False)
     assert resumed.losses == straight.losses
-    other = config.model_copy(update={"lr": 1e-2})
+    other = config.model_copy(update={"lr": 3e-3})
     with pytest.raises(ValueError, match="other settings"):
         train_sft(tasks, tmp_path / "b", other, resume=True, progress=False)
 

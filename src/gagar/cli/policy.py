@@ -1,4 +1,4 @@
-"""``gagar policy``: train the pre-RL policy, serve it, and (wired top-level) ``gagar rollout``."""
+"""``gagar policy``: train, evaluate and serve the pre-RL policy, and (wired top-level) ``gagar rollout``."""
 
 from __future__ import annotations
 
@@ -60,6 +60,35 @@ def sft(
         f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy; "
         f"final loss {result.losses[-1]:.3f}; {result.seconds:.0f} s)"
     )
+
+
+@app.command("eval")
+def evaluate(
+    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
+    tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Verified tasks (JSONL)."),
+    out: Path = typer.Option(..., "--out", help="Folder for trajectories, results, per-answer records."),
+    samples: int = typer.Option(1, min=1, help="Answers sampled per task."),
+    temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature."),
+    max_new_tokens: int = typer.Option(256, min=1, help="Longest answer."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    workers: int | None = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
+) -> None:
+    """Parse rate, pass@1 and the unclean share of resolving answers, each patch run in the sandbox."""
+    from gagar.experiment.config import EvalSettings
+    from gagar.experiment.evaluation import evaluate_policy
+
+    settings = EvalSettings(samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens)
+    summary = evaluate_policy(
+        policy=policy,
+        tasks=tasks,
+        settings=settings,
+        out=out,
+        arm="policy",
+        seed=None,
+        sampling_seed=seed,
+        workers=workers,
+    )
+    typer.echo(json.dumps({**summary.quality.model_dump(), "seconds": round(summary.seconds, 1)}, indent=1))
 
 
 @app.command()

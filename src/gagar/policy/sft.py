@@ -1,4 +1,4 @@
-"""Supervised fine-tuning to the pre-RL checkpoint: plain torch, loss on answer tokens only.
+"""Supervised fine-tuning to the pre-RL checkpoint: plain torch, answer-token loss plus prompt LM loss.
 
 ``train_sft`` trains (or, for a real checkpoint, fine-tunes) the policy on demonstrations built from
 gold patches (:mod:`gagar.policy.demos`), with AdamW, linear warm-up then cosine decay, gradient
@@ -8,9 +8,8 @@ every ``checkpoint_every`` steps model, optimizer, step, losses and RNG state ar
 continues from the last complete one. Batches are a pure function of ``(seed, step)``, so a resumed
 run follows the same loss curve as an uninterrupted one. The result is saved in Hugging Face format.
 
-Two choices keep a run from scratch within minutes on 2 shared CPU cores: the output layer runs on
-answer positions only (:func:`answer_loss`), and each batch holds demonstrations of similar length
-(:func:`batch_indices`), so little compute goes to padding.
+Each batch holds demonstrations of similar length (:func:`batch_indices`), so little compute goes to
+padding; :func:`sft_loss` says why the prompt tokens carry a loss too.
 """
 
 from __future__ import annotations
@@ -58,8 +57,10 @@ CONFIG_FILE, METRICS_FILE, CURVE_FILE, CKPT_DIR = (
 class SFTConfig(BaseModel):
     """Settings of one SFT run (defaults: the embedded tiny policy on 2 shared CPU cores).
 
-    Steps, batch and threads fit the 10-20 minute budget: 4,000 generated train tasks
-    (``gagar tasks generate --no-verify``) train in about 11 minutes on the shared 2-core machine.
+    The defaults are the measured setting of docs/policy.md: on 4,000 generated train tasks
+    (``gagar tasks generate --no-verify``) they give 63% parse rate, 61% pass@1 and 26% unclean
+    resolving answers on 100 held-out tasks, in 46 minutes on the 2 cores shared with other jobs
+    (load average 4-10).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -69,15 +70,15 @@ class SFTConfig(BaseModel):
     vocab_size: int = 4096
     """BPE vocabulary size of the trained tokenizer (from scratch only)."""
     hidden_size: int = 128
-    num_layers: int = 4
+    num_layers: int = 2
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 384
-    steps: int = 500
+    steps: int = 1200
     """Optimizer steps."""
     batch_size: int = 16
     """Demonstrations per step."""
-    lr: float = 3e-3
+    lr: float = 5e-3
     """Peak learning rate."""
     prompt_loss_weight: float = Field(default=1.0, ge=0.0)
     """Weight of the prompt tokens' LM loss beside the answer tokens' (see :func:`sft_loss`)."""
