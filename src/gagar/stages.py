@@ -264,7 +264,7 @@ def redistribute_stage(
     norm_std: bool = True,
 ) -> dict[str, float]:
     """Dynamic sampling over the generation batches, then GRPO or GAGAR advantages of what it keeps."""
-    from gagar.grader.grade import Grade, ranks_for
+    from gagar.grader.grade import Grade, ranks_for, scores_for
 
     batches = _load_batches(trajectories, results)
     kept, metrics = _keep(batches, train_batch_groups)
@@ -273,15 +273,19 @@ def redistribute_stage(
     rewards = np.array([batches[where[t][0]][1].rewards[where[t][1]] for t in ids], dtype=np.float64)
     group_ids = np.array([str(batches[where[t][0]][1].group_ids[where[t][1]]) for t in ids])
     estimator = Estimator(algo)
-    ranks = None
+    ranks = scores = None
     if estimator is Estimator.GAGAR:
         if grades is None:
             raise ValueError("algo 'gagar' needs the grades file of the grade stage")
-        ranks = ranks_for(ids, read_records(grades, Grade))
+        graded = read_records(grades, Grade)
+        ranks = ranks_for(ids, graded)
         # A passing member its grader did not rank (its group was not graded) ties with its group.
-        ranks = np.where((rewards > 0) & np.isnan(ranks), 1.0, ranks)
+        unranked = (rewards > 0) & np.isnan(ranks)
+        ranks = np.where(unranked, 1.0, ranks)
+        if Decay(decay) is Decay.SCORE:
+            scores = np.where(unranked, -1.0, scores_for(ids, graded))
     config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
-    inputs = AdvantageInputs(rewards=rewards, group_ids=group_ids, ranks=ranks)
+    inputs = AdvantageInputs(rewards=rewards, group_ids=group_ids, ranks=ranks, scores=scores)
     base, _ = compute_advantages(Estimator.GRPO, inputs, config)
     advantages, adv_metrics = compute_advantages(estimator, inputs, config)
     write_records(

@@ -56,9 +56,11 @@ def test_grade_ranks_gold_above_noisy(step_dir, tasks_file, trajectories_file):
         assert [tid.rsplit("/", 1)[1] for tid in best] == ["1"], grade.ranking
 
 
-@pytest.mark.parametrize("algo", ["grpo", "gagar"])
-def test_redistribute_moves_credit_only_under_gagar(step_dir, trajectories_file, algo):
-    out = step_dir / f"batch-{algo}.jsonl"
+@pytest.mark.parametrize(
+    ("algo", "decay"), [("grpo", "geometric"), ("gagar", "geometric"), ("gagar", "score")]
+)
+def test_redistribute_moves_credit_only_under_gagar(step_dir, trajectories_file, algo, decay):
+    out = step_dir / ("batch-gagar-score.jsonl" if decay == "score" else f"batch-{algo}.jsonl")
     metrics = stages.redistribute_stage(
         trajectories=[trajectories_file],
         results=[step_dir / "results-0.jsonl"],
@@ -66,6 +68,7 @@ def test_redistribute_moves_credit_only_under_gagar(step_dir, trajectories_file,
         out=out,
         algo=algo,
         train_batch_groups=8,
+        decay=decay,
     )
     assert metrics["sampling/groups_kept"] == 3
     assert metrics["sampling/batch_full"] == 0.0

@@ -20,6 +20,7 @@ __all__ = [
     "RankingError",
     "ranking_from_scores",
     "ranks_for",
+    "scores_for",
     "tie_grade",
     "validate_ranking",
 ]
@@ -156,4 +157,17 @@ def ranks_for(trajectory_ids: Sequence[str], grades: Iterable[Grade]) -> np.ndar
             if tid in lookup:
                 raise ValueError(f"trajectory {tid!r} is ranked by more than one grade")
             lookup[tid] = rank
+    return np.array([lookup.get(t, np.nan) for t in trajectory_ids], dtype=np.float64)
+
+
+def scores_for(trajectory_ids: Sequence[str], grades: Iterable[Grade]) -> np.ndarray:
+    """Grader score of each trajectory ``(n_traj,)``, for ``redistribute(decay="score")``.
+
+    A ranked trajectory whose grade carries no scores (a tie fallback, or a grader that only ranks)
+    gets ``rank``-consistent scores: minus its rank, so a tie stays a tie. Unranked ones get NaN.
+    """
+    lookup: dict[str, float] = {}
+    for grade in grades:
+        for tid, rank in grade.ranks.items():
+            lookup[tid] = float(grade.scores[tid]) if grade.scores and tid in grade.scores else -float(rank)
     return np.array([lookup.get(t, np.nan) for t in trajectory_ids], dtype=np.float64)
