@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
-from gagar.train.config import SandboxSettings, TrainConfig
+from gagar.train.config import SandboxSettings, TrainConfig, read_yaml_mapping
 
 __all__ = [
     "ArmConfig",
@@ -212,13 +211,7 @@ def load_experiment_config(
     Raises:
         ValueError: naming the file and the setting that is wrong.
     """
-    try:
-        loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the experiment config ({exc})") from None
-    if loaded is not None and not isinstance(loaded, dict):
-        raise ValueError(f"{path}: an experiment config must be a mapping of settings")
-    values = _resolve_paths(dict(loaded or {}), Path(path).resolve().parent)
+    values = _resolve_paths(read_yaml_mapping(path, "experiment config"), Path(path).resolve().parent)
     try:
         return ExperimentConfig(**(values | (overrides or {})))
     except ValidationError as exc:

@@ -9,7 +9,7 @@ the Argo Workflow, so both targets run the same graph with the same knobs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeVar, Union
 
 __all__ = ["PARAMETERS", "RL_STEP", "Parameter", "ParameterValue", "Stage", "parameter", "stage"]
 
@@ -193,17 +193,24 @@ RL_STEP: tuple[Stage, ...] = (
 """One RL step's stages in dependency order: each input names an earlier stage."""
 
 
+_T = TypeVar("_T", "Parameter", "Stage")
+
+
+def _named(items: tuple[_T, ...], name: str, kind: str) -> _T:
+    for found in items:
+        if found.name == name:
+            return found
+    names = ", ".join(item.name for item in items)
+    raise ValueError(f"unknown {kind} {name!r}: choose one of {names}")
+
+
 def parameter(name: str) -> Parameter:
     """The pipeline parameter ``name``.
 
     Raises:
         ValueError: no parameter has that name.
     """
-    for found in PARAMETERS:
-        if found.name == name:
-            return found
-    names = ", ".join(p.name for p in PARAMETERS)
-    raise ValueError(f"unknown pipeline parameter {name!r}: choose one of {names}")
+    return _named(PARAMETERS, name, "pipeline parameter")
 
 
 def stage(name: str) -> Stage:
@@ -212,7 +219,4 @@ def stage(name: str) -> Stage:
     Raises:
         ValueError: no stage has that name.
     """
-    for found in RL_STEP:
-        if found.name == name:
-            return found
-    raise ValueError(f"unknown stage {name!r}: choose one of {', '.join(s.name for s in RL_STEP)}")
+    return _named(RL_STEP, name, "stage")

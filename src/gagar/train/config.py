@@ -28,6 +28,7 @@ __all__ = [
     "SandboxSettings",
     "TrainConfig",
     "load_config",
+    "read_yaml_mapping",
 ]
 
 
@@ -190,14 +191,23 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(_FILE_VALUES.get() or {})
 
 
-def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_yaml_mapping(path: str | os.PathLike[str], what: str = "config") -> dict[str, Any]:
+    """The settings of the YAML file at ``path`` (empty for an empty file).
+
+    Raises:
+        ValueError: naming the file (and ``what`` it holds) when it cannot be read or is not a mapping.
+    """
     try:
         loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the config ({exc})") from None
+        raise ValueError(f"{path}: cannot read the {what} ({exc})") from None
     if loaded is not None and not isinstance(loaded, dict):
-        raise ValueError(f"{path}: a config file must be a mapping of settings")
-    values = dict(loaded or {})
+        raise ValueError(f"{path}: the {what} must be a mapping of settings")
+    return dict(loaded or {})
+
+
+def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    values = read_yaml_mapping(path)
     base = Path(path).resolve().parent
     for key in ("tasks", "policy", "run_dir"):  # relative paths are relative to the file
         if isinstance(values.get(key), str) and not Path(values[key]).is_absolute():
