@@ -7,16 +7,15 @@ catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signa
 the tiny policy's prompt shows only the function to fix, so the default noise is one it can
 reproduce from that view.
 
-A share of demonstrations (``rename_share``) also moves the task to a package with a fresh random
-name (:func:`rename_package`). Generated tasks draw package names from a few hundred, and a model
-trained from scratch learns to write a likely one from memory rather than the one in its prompt; with
-names it cannot have seen, copying the path from the prompt is the only way to predict it.
+Shares of demonstrations are augmented with fresh names the model cannot have seen
+(:mod:`gagar.policy.augment`): ``rename_share`` moves the task to a randomly named package,
+``locals_share`` renames the parameters and locals of the function the fix touches. Both make copying
+from the prompt the only way to predict the path and the SEARCH text.
 """
 
 from __future__ import annotations
 
 import ast
-import keyword
 import random
 import re
 from collections import Counter
@@ -26,8 +25,9 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent_format import answer_from_patch, build_prompt
+from gagar.policy.augment import package_of, random_package_name, rename_locals, rename_package
 from gagar.tasks.diffs import apply_diff, make_diff
-from gagar.tasks.oracle import changed_scopes
+from gagar.tasks.oracle import touched_function
 from gagar.tasks.schema import Task
 from gagar.tasks.scopes import functions
 
@@ -38,9 +38,6 @@ __all__ = [
     "Demonstration",
     "demo_answers",
     "noisy_patch",
-    "package_of",
-    "random_package_name",
-    "rename_package",
     "split_signature",
     "tokenize_demos",
 ]
@@ -65,11 +62,7 @@ def split_signature(snapshot: Mapping[str, str], patch: str) -> str:
         ValueError: the fix touches no function, or its signature is not on one splittable line.
     """
     fixed = apply_diff(snapshot, patch)
-    targets = [(p, s) for p, s in changed_scopes(snapshot, patch) if p.endswith(".py") and "<" not in s]
-    if not targets:
-        raise ValueError("the fix touches no function")
-    path, scope = targets[0]
-    qualname = scope.removeprefix(f"{path}:")
+    path, qualname = touched_function(snapshot, patch)
     text = fixed[path]
     span = next((f for f in functions(text) if f.qualname == qualname), None)
     if span is None:
@@ -104,63 +97,6 @@ def noisy_patch(task: Task, kind: str, rng: random.Random) -> str:
     return add_noise(task, task.patch, [kind], rng)
 
 
-_CONSONANTS, _VOWELS = "bcdfghjklmnprstvwz", "aeiou"
-_SUFFIXES = ("", "py", "kit", "lib", "ops", "core", "tools", "utils", "box")
-
-
-def random_package_name(rng: random.Random) -> str:
-    """A pronounceable lower-case identifier of 2-4 random syllables and a common suffix."""
-    while True:
-        stem = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 4)))
-        name = stem + rng.choice(_SUFFIXES)
-        if not keyword.iskeyword(name):
-            return name
-
-
-def package_of(task: Task) -> str | None:
-    """The task's one top-level source package (a directory with ``__init__.py``, not tests), or None."""
-    packages = {
-        path.split("/", 1)[0]
-        for path in task.snapshot or {}
-        if path.count("/") == 1 and path.endswith("/__init__.py") and not path.startswith("test")
-    }
-    return packages.pop() if len(packages) == 1 else None
-
-
-def rename_package(task: Task, new: str) -> Task:
-    """``task`` with its package renamed to ``new`` in file paths, code, patches, statement and test ids.
-
-    The rename replaces the old name as a whole word, so imports, paths and the statement's examples
-    stay consistent and the gold patch still fixes the renamed task.
-
-    Raises:
-        ValueError: the task has no single top-level package, or ``new`` is not a fresh identifier.
-    """
-    old = package_of(task)
-    if old is None:
-        raise ValueError(f"{task.instance_id}: no single top-level package to rename")
-    if not new.isidentifier() or keyword.iskeyword(new):
-        raise ValueError(f"{new!r} is not a valid package name")
-    word = re.compile(rf"\b{re.escape(old)}\b")
-    if any(re.search(rf"\b{re.escape(new)}\b", text) for text in (task.snapshot or {}).values()):
-        raise ValueError(f"{task.instance_id}: {new!r} already occurs in the repository")
-
-    def sub(text: str) -> str:
-        return word.sub(new, text)
-
-    snapshot = {sub(path): sub(text) for path, text in (task.snapshot or {}).items()}
-    return task.model_copy(
-        update={
-            "snapshot": snapshot,
-            "patch": sub(task.patch),
-            "test_patch": sub(task.test_patch),
-            "problem_statement": sub(task.problem_statement),
-            "FAIL_TO_PASS": [sub(t) for t in task.FAIL_TO_PASS],
-            "PASS_TO_PASS": [sub(t) for t in task.PASS_TO_PASS],
-        }
-    )
-
-
 @dataclass(frozen=True)
 class DemoAnswer:
     """The answer text a demonstration teaches for one task."""
@@ -187,16 +123,22 @@ def demo_answers(
     seed: int,
     noise_kinds: Sequence[str] = DEFAULT_NOISE_KINDS,
     rename_share: float = 0.0,
+    locals_share: float = 0.0,
 ) -> tuple[list[DemoAnswer], Counter[str]]:
     """One answer per task: the gold patch, or with probability ``noise_share`` the gold patch plus one
     unnecessary modification of a kind drawn uniformly from ``noise_kinds``. With probability
-    ``rename_share`` the task is first moved to a randomly named package (:func:`rename_package`).
+    ``rename_share`` the task is first moved to a randomly named package (:func:`rename_package`), and
+    with probability ``locals_share`` its fixed function's locals get random names (:func:`rename_locals`).
 
-    Returns the answers and a count of what happened (``clean``, ``noisy``, ``renamed``,
+    Returns the answers and a count of what happened (``clean``, ``noisy``, ``renamed``, ``locals_renamed``,
     ``noise_failed``: the catalogue found nothing to add, the clean answer is used; ``skipped``: no
     answer could be built).
     """
-    for name, share in (("noise_share", noise_share), ("rename_share", rename_share)):
+    for name, share in (
+        ("noise_share", noise_share),
+        ("rename_share", rename_share),
+        ("locals_share", locals_share),
+    ):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {share}")
     if noise_share > 0 and not noise_kinds:
@@ -211,6 +153,12 @@ def demo_answers(
         if rng.random() < rename_share and package_of(task) is not None:
             task = rename_package(task, random_package_name(rng))
             counts["renamed"] += 1
+        if locals_share and rng.random() < locals_share:  # no draw when off: earlier streams stay the same
+            try:
+                task = rename_locals(task, rng)
+                counts["locals_renamed"] += 1
+            except ValueError:
+                counts["locals_failed"] += 1
         patch, noisy = task.patch, False
         if rng.random() < noise_share:
             try:

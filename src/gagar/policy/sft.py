@@ -88,7 +88,9 @@ class SFTConfig(BaseModel):
     noise_share: float = Field(default=0.5, ge=0.0, le=1.0)
     """Share of demonstrations carrying unnecessary modifications."""
     rename_share: float = Field(default=0.5, ge=0.0, le=1.0)
-    """Share of demonstrations moved to a randomly named package (see :mod:`gagar.policy.demos`)."""
+    """Share of demonstrations moved to a randomly named package (see :mod:`gagar.policy.augment`)."""
+    locals_share: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Share of demonstrations whose fixed function's parameters and locals get random names."""
     noise_kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_NOISE_KINDS))
     """Kinds a noisy demonstration draws one of: ``split_signature`` or catalogue kinds
     (:class:`gagar.tasks.noise.NoiseKind`); see :data:`gagar.policy.demos.DEFAULT_NOISE_KINDS`."""
@@ -246,7 +248,7 @@ def _prepare(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, list[Demonstration], dict[str, int]]:
     """Tokenizer, fresh model and tokenized demonstrations (the tokenizer is reused on resume)."""
     answers, counts = demo_answers(
-        tasks, config.noise_share, config.seed, config.noise_kinds, config.rename_share
+        tasks, config.noise_share, config.seed, config.noise_kinds, config.rename_share, config.locals_share
     )
     if not answers:
         raise ValueError(f"no demonstration could be built from {len(tasks)} tasks ({dict(counts)})")

@@ -17,7 +17,7 @@ from gagar.tasks.diffs import apply_diff, parse_diff
 from gagar.tasks.schema import Task
 from gagar.tasks.scopes import line_scopes
 
-__all__ = ["PatchQuality", "changed_scopes", "score_patch"]
+__all__ = ["PatchQuality", "changed_scopes", "score_patch", "touched_function"]
 
 DEFAULT_TOLERANCE = 2
 """Lines a clean patch may exceed the gold patch's size by."""
@@ -60,6 +60,18 @@ def changed_scopes(snapshot: Mapping[str, str], diff: str) -> list[tuple[str, st
             new_scopes = line_scopes(fp.new_path, patched[fp.new_path])
             out.extend((fp.new_path, new_scopes[n - 1]) for n in fp.added_lines)
     return out
+
+
+def touched_function(snapshot: Mapping[str, str], diff: str) -> tuple[str, str]:
+    """(path, qualified name) of the first Python function ``diff`` adds or removes a line in.
+
+    Raises:
+        ValueError: the diff changes no line inside a Python function.
+    """
+    for path, scope in changed_scopes(snapshot, diff):
+        if path.endswith(".py") and "<" not in scope:
+            return path, scope.removeprefix(f"{path}:")
+    raise ValueError("the fix touches no function")
 
 
 def score_patch(
