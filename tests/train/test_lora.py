@@ -28,6 +28,7 @@ from gagar.train.lora import (
     export_merged,
     is_adapter_dir,
     load_trainable,
+    prune_adapters,
     publish_adapter,
     wrap,
 )
@@ -226,6 +227,22 @@ def test_published_adapter_loads_with_plain_peft_and_reproduces_the_logits(
     merged = export_merged(published, tmp_path / "merged")
     assert not is_adapter_dir(merged)
     assert torch.allclose(_logits(load_policy(merged)[0], ids), _logits(ours, ids), atol=1e-5)
+
+
+def test_pruning_keeps_the_newest_adapters_by_update_number(tmp_path: Path):
+    for n in (1, 2, 9, 10, 11):
+        (tmp_path / f"policy-step-{n}").mkdir()
+    (tmp_path / "policy-step-x").mkdir()
+    (tmp_path / ".tmp-policy-step-12-abc").mkdir()
+    removed = prune_adapters(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == ["policy-step-1", "policy-step-2", "policy-step-9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".tmp-policy-step-12-abc",
+        "policy-step-10",
+        "policy-step-11",
+        "policy-step-x",
+    ]
+    assert prune_adapters(tmp_path, keep=2) == []
 
 
 def test_adapters_are_also_published_to_an_artifact_store(two_updates: Path, tmp_path: Path):

@@ -37,6 +37,7 @@ __all__ = [
     "is_adapter_dir",
     "load_adapter",
     "load_trainable",
+    "prune_adapters",
     "publish_adapter",
     "unwrap",
     "wrap",
@@ -66,6 +67,9 @@ class LoraSettings(BaseModel):
     """Module names the adapter wraps (Qwen2 attention and MLP projections by default)."""
     publish_uri: str | None = None
     """Artifact store (``s3://bucket/prefix`` or a directory) each adapter is also published to."""
+    keep_adapters: int | None = Field(default=3, ge=2)
+    """Newest adapters kept under ``{run_dir}/adapters`` (None: all). At least 2: the server may still
+    serve the previous one while the newest loads. The store's copies are never pruned."""
 
 
 def adapter_version(updates: int) -> str:
@@ -221,6 +225,22 @@ def publish_adapter(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+def prune_adapters(adapters_root: str | os.PathLike[str], keep: int) -> list[Path]:
+    """Remove all but the ``keep`` newest ``policy-step-N`` adapters (by N); returns those removed."""
+    published = sorted(
+        (
+            p
+            for p in Path(adapters_root).glob("policy-step-*")
+            if p.name.removeprefix("policy-step-").isdigit()
+        ),
+        key=lambda p: int(p.name.removeprefix("policy-step-")),
+    )
+    removed = published[: max(0, len(published) - keep)]
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -35,7 +35,7 @@ from gagar.advantage import Estimator, GenerationBatch, assemble_batch
 from gagar.records import atomic_write_text
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
-from gagar.train.lora import adapter_version, publish_adapter
+from gagar.train.lora import adapter_version, prune_adapters, publish_adapter
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 
@@ -282,6 +282,8 @@ class Trainer:
         if c.lora.enabled:
             adapter = self.publish_adapter(Checkpoint(step, self.checkpoints.path_for(step)))
             metrics["lora/adapter_bytes"] = float(sum(p.stat().st_size for p in adapter.iterdir()))
+            if c.lora.keep_adapters is not None:
+                prune_adapters(self.adapters_dir, c.lora.keep_adapters)
         if not c.keep_step_artifacts:
             shutil.rmtree(step_dir, ignore_errors=True)
         metrics.update(timings)
