@@ -145,6 +145,7 @@ def test_policy_server_serves_lora_on_gpus_from_a_claim() -> None:
     env = {e["name"]: e.get("value") for e in vllm["env"]}
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert vllm[probe]["httpGet"] == {"path": "/health", "port": "http"}
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -155,6 +156,20 @@ def test_policy_server_serves_lora_on_gpus_from_a_claim() -> None:
     service = _one(objs, "Service", "policy-server")
     assert service["spec"]["ports"][0]["port"] == 8000
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_a_policy_server_with_no_gpus_runs_the_cpu_build_without_requesting_gpus() -> None:
+    deployment = _one(render_objects(scenario_values("cpu-vllm")), "Deployment", "policy-server")
+    pod = deployment["spec"]["template"]["spec"]
+    (vllm,) = pod["containers"]
+    assert vllm["image"] == "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.0"
+    assert "--tensor-parallel-size" not in vllm["args"]
+    assert "--enable-lora" in vllm["args"]
+    assert _flag(vllm["args"], "--max-model-len") == "2048"
+    assert vllm["resources"] == {"requests": {"cpu": "4", "memory": "8Gi"}, "limits": {"memory": "16Gi"}}
+    env = {e["name"]: e.get("value") for e in vllm["env"]}
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert "tolerations" not in pod or not pod["tolerations"]
 
 
 def test_grader_server_streams_weights_from_s3_with_the_store_secret() -> None:

@@ -23,7 +23,10 @@ A vLLM OpenAI-compatible server (policy or grader). Call with
 {{- $server := .server -}}
 {{- $model := $server.model -}}
 {{- $store := $ctx.Values.objectStore -}}
-{{- $args := list "--model" (include "gagar.vllm.model" .) "--served-model-name" $model.servedName "--host" "0.0.0.0" "--port" "8000" "--max-model-len" (toString $server.maxModelLen) "--tensor-parallel-size" (toString $server.gpus) -}}
+{{- $args := list "--model" (include "gagar.vllm.model" .) "--served-model-name" $model.servedName "--host" "0.0.0.0" "--port" "8000" "--max-model-len" (toString $server.maxModelLen) -}}
+{{- if gt (int $server.gpus) 0 -}}
+{{- $args = concat $args (list "--tensor-parallel-size" (toString $server.gpus)) -}}
+{{- end -}}
 {{- if eq $model.source "s3" -}}
 {{- $args = concat $args (list "--load-format" "runai_streamer") -}}
 {{- end -}}
@@ -78,6 +81,10 @@ spec:
               value: /cache/vllm
             - name: HF_HUB_OFFLINE
               value: "1"
+            {{- if eq (int $server.gpus) 0 }}
+            - name: VLLM_CPU_KVCACHE_SPACE
+              value: {{ $server.cpuKvCacheGiB | quote }}
+            {{- end }}
             {{- if $server.lora.enabled }}
             - name: VLLM_ALLOW_RUNTIME_LORA_UPDATING
               value: "True"
@@ -112,12 +119,16 @@ spec:
               {{- with $server.resources.requests }}
               {{- toYaml . | nindent 14 }}
               {{- end }}
+              {{- if gt (int $server.gpus) 0 }}
               nvidia.com/gpu: {{ $server.gpus }}
+              {{- end }}
             limits:
               {{- with $server.resources.limits }}
               {{- toYaml . | nindent 14 }}
               {{- end }}
+              {{- if gt (int $server.gpus) 0 }}
               nvidia.com/gpu: {{ $server.gpus }}
+              {{- end }}
           startupProbe:
             httpGet:
               path: /health
