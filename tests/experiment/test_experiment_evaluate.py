@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gagar.policy.agent_format import render_blocks
 from gagar.policy.evaluate import TrajectoryEval, evaluate_detailed, evaluate_trajectories, summarise
 from gagar.policy.trajectory import Trajectory
 from gagar.sandbox.local import LocalBackend
@@ -11,12 +12,13 @@ from gagar.sandbox.results import Status
 from gagar.tasks.noise import add_noise
 
 
-def _answer(task, name: str, patch: str, n_tokens: int) -> Trajectory:
+def _answer(task, name: str, patch: str, n_tokens: int, response: str = "") -> Trajectory:
     return Trajectory(
         trajectory_id=f"{task.instance_id}/{name}",
         instance_id=task.instance_id,
         group_id=task.instance_id,
         model_patch=patch,
+        response=response,
         parse_error=None if patch else "no edit blocks",
         response_token_ids=list(range(n_tokens)),
         old_logprobs=[0.0] * n_tokens,
@@ -28,14 +30,17 @@ def _answer(task, name: str, patch: str, n_tokens: int) -> Trajectory:
 def test_gold_noisy_and_empty_answers_are_judged_and_summarised(experiment_train_tasks):
     task = experiment_train_tasks[0]
     noisy_patch = add_noise(task, task.patch, ["comment", "dead_code"], rng=1)
+    path = next(p for p in task.snapshot if p.endswith(".py") and "test" not in p)
+    misquoted = render_blocks([(path, "    return 'a line this file does not hold'\n", "    return 1\n")])
     answers = [
         _answer(task, "gold", task.patch, 10),
         _answer(task, "noisy", noisy_patch, 30),
         _answer(task, "empty", "", 5),
+        _answer(task, "misquoted", "", 15, response=misquoted),
     ]
     quality, results, judged = evaluate_detailed([task], answers, LocalBackend(workers=2))
 
-    gold, noisy, empty = judged
+    gold, noisy, empty, wrong = judged
     assert [r.trajectory_id for r in results] == [a.trajectory_id for a in answers]
     assert (gold.resolved, gold.clean, gold.relative_size) == (True, True, 1.0)
     assert noisy.resolved
@@ -43,15 +48,18 @@ def test_gold_noisy_and_empty_answers_are_judged_and_summarised(experiment_train
     assert noisy.relative_size > 1.0
     assert noisy.diff_size > gold.diff_size
     assert (empty.resolved, empty.clean, empty.parsed, empty.relative_size) == (False, False, False, None)
+    assert (gold.well_formed, empty.well_formed) == (True, False)
+    assert (wrong.resolved, wrong.parsed, wrong.well_formed) == (False, False, True)
 
-    assert quality.n == 3
-    assert quality.pass_at_1 == pytest.approx(2 / 3)
-    assert quality.clean_resolved_rate == pytest.approx(1 / 3)
+    assert quality.n == 4
+    assert quality.pass_at_1 == pytest.approx(2 / 4)
+    assert quality.clean_resolved_rate == pytest.approx(1 / 4)
     assert quality.unclean_share_of_resolving == pytest.approx(1 / 2)
     assert quality.relative_diff_size_resolved == pytest.approx((1.0 + noisy.relative_size) / 2)
     assert quality.response_tokens_mean == pytest.approx(15.0)
     assert quality.turns_mean == 1.0
-    assert quality.parse_rate == pytest.approx(2 / 3)
+    assert quality.parse_rate == pytest.approx(2 / 4)
+    assert quality.well_formed_rate == pytest.approx(3 / 4)
     # The evaluate component's entry point gives the same summary.
     assert evaluate_trajectories([task], answers, LocalBackend(workers=2))[0] == quality
 

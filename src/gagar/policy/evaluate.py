@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from gagar.policy.trajectory import Trajectory
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
+from gagar.sandbox.edits import parse_edit_blocks
 from gagar.sandbox.results import Status, TestResult
 from gagar.tasks.diffs import DiffApplyError, DiffParseError
 from gagar.tasks.oracle import score_patch
@@ -38,7 +39,10 @@ class TrajectoryEval(Record):
     status: Status
     resolved: bool
     parsed: bool
-    """The answer parsed into a patch."""
+    """The answer parsed into a patch: well-formed blocks that apply to the repository."""
+    well_formed: bool | None = None
+    """The strict parser accepts the answer's blocks, whether or not their SEARCH text is in the
+    file; None for a multi-turn trajectory (its edits are tool calls)."""
     clean: bool
     """Resolved, and the oracle finds no unnecessary modification."""
     diff_size: int | None
@@ -57,6 +61,10 @@ class RolloutQuality(BaseModel):
     n: int
     """Trajectories evaluated (infra errors excluded)."""
     parse_rate: float
+    """Share of answers that parse into a patch (well-formed, and every SEARCH text found)."""
+    well_formed_rate: float | None = None
+    """Share of single-turn answers the strict parser accepts, found in the file or not; the gap to
+    ``parse_rate`` is answers naming a missing file or a SEARCH text the file does not hold."""
     pass_at_1: float
     """Share of answers that resolve their task (the resolved rate)."""
     clean_resolved_rate: float
@@ -101,6 +109,7 @@ def judge_trajectories(
                 status=result.status,
                 resolved=result.resolved,
                 parsed=tr.parse_error is None,
+                well_formed=_well_formed(tr),
                 clean=quality is not None and quality.clean,
                 diff_size=quality.diff_size if quality else None,
                 relative_size=quality.relative_size if quality else None,
@@ -110,6 +119,18 @@ def judge_trajectories(
             )
         )
     return judged
+
+
+def _well_formed(trajectory: Trajectory) -> bool | None:
+    if trajectory.turns != 1 or 0 in trajectory.loss_mask:  # a tool loop: its edits are tool calls
+        return None
+    if trajectory.parse_error is None:
+        return True
+    try:
+        parse_edit_blocks(trajectory.response)
+    except ValueError:
+        return False
+    return True
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -124,6 +145,7 @@ def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
     return RolloutQuality(
         n=n,
         parse_rate=_mean([float(j.parsed) for j in kept]) or 0.0,
+        well_formed_rate=_mean([float(j.well_formed) for j in kept if j.well_formed is not None]),
         pass_at_1=len(resolving) / n if n else 0.0,
         clean_resolved_rate=sum(j.clean for j in resolving) / n if n else 0.0,
         unclean_share_of_resolving=_mean([float(not j.clean) for j in resolving]),
