@@ -22,7 +22,7 @@ from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.oracle import touched_function
 from gagar.tasks.schema import Task
-from gagar.tasks.scopes import functions
+from gagar.tasks.scopes import function_named
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,8 @@ def test_random_package_names_are_identifiers(seed: int) -> None:
 
 def _parameters(task: Task) -> list[str]:
     path, qualname = touched_function(task.snapshot, task.patch)
-    span = next(f for f in functions(task.snapshot[path]) if f.qualname == qualname)
+    span = function_named(task.snapshot[path], qualname)
+    assert span is not None
     return [a.arg for a in span.node.args.args]
 
 

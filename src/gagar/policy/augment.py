@@ -21,7 +21,7 @@ import re
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import touched_function
 from gagar.tasks.schema import Task
-from gagar.tasks.scopes import FunctionSpan, functions
+from gagar.tasks.scopes import FunctionSpan, function_named
 
 __all__ = ["package_of", "random_identifier", "random_package_name", "rename_locals", "rename_package"]
 
@@ -145,7 +145,7 @@ def rename_locals(task: Task, rng: random.Random) -> Task:
         raise ValueError(f"{task.instance_id}: no bundled snapshot")
     path, qualname = touched_function(task.snapshot, task.patch)
     before, after = task.snapshot[path], apply_diff(task.snapshot, task.patch)[path]
-    spans = [next((f for f in functions(t) if f.qualname == qualname), None) for t in (before, after)]
+    spans = [function_named(text, qualname) for text in (before, after)]
     if spans[0] is None or spans[1] is None:
         raise ValueError(f"{task.instance_id}: {path}:{qualname} is not a function")
     elsewhere = "\n".join([task.problem_statement, *(t for p, t in task.snapshot.items() if p != path)])

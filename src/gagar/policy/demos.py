@@ -29,7 +29,7 @@ from gagar.policy.augment import package_of, random_package_name, rename_locals,
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import touched_function
 from gagar.tasks.schema import Task
-from gagar.tasks.scopes import functions
+from gagar.tasks.scopes import function_named
 
 __all__ = [
     "DEFAULT_NOISE_KINDS",
@@ -64,7 +64,7 @@ def split_signature(snapshot: Mapping[str, str], patch: str) -> str:
     fixed = apply_diff(snapshot, patch)
     path, qualname = touched_function(snapshot, patch)
     text = fixed[path]
-    span = next((f for f in functions(text) if f.qualname == qualname), None)
+    span = function_named(text, qualname)
     if span is None:
         raise ValueError(f"{path}:{qualname} is not a function")
     lines = text.splitlines(keepends=True)

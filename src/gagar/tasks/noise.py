@@ -22,7 +22,7 @@ from io import StringIO
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import changed_scopes
 from gagar.tasks.schema import Task
-from gagar.tasks.scopes import FunctionSpan, functions
+from gagar.tasks.scopes import FunctionSpan, function_named, functions
 
 __all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise"]
 
@@ -150,10 +150,12 @@ def _rename(text: str, span: FunctionSpan, old: str, new: str) -> str:
 def _fully_renamed(text: str, qualname: str, old: str) -> bool:
     """Whether no use of ``old`` is left in the function (tokens miss names inside f-strings)."""
     try:
-        span = next(s for s in functions(text) if s.qualname == qualname)
-    except (SyntaxError, StopIteration):
+        span = function_named(text, qualname)
+    except SyntaxError:
         return False
-    return all(not (isinstance(n, ast.Name) and n.id == old) for n in ast.walk(span.node))
+    return span is not None and all(
+        not (isinstance(n, ast.Name) and n.id == old) for n in ast.walk(span.node)
+    )
 
 
 def rename_local(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-__all__ = ["FunctionSpan", "functions", "line_scopes"]
+__all__ = ["FunctionSpan", "function_named", "functions", "line_scopes"]
 
 MODULE = "<module>"
 
@@ -63,6 +63,11 @@ def functions(source: str) -> list[FunctionSpan]:
         for name, node in _walk(tree.body, "")
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     ]
+
+
+def function_named(source: str, qualname: str) -> FunctionSpan | None:
+    """The function or method ``qualname`` (``Cart.total``) of ``source``; None if it has none."""
+    return next((f for f in functions(source) if f.qualname == qualname), None)
 
 
 def line_scopes(path: str, source: str) -> list[str]:
