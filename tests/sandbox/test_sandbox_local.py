@@ -131,3 +131,27 @@ def test_bounded_output_keeps_head_and_tail() -> None:
         out.add(chunk)
     assert out.total == 113
     assert out.text() == "abcde\n[... 103 bytes omitted ...]\n12345"
+
+
+def test_orphaned_workspaces_of_dead_processes_are_swept_when_a_backend_starts(tmp_path: Path) -> None:
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    hour_ago = os.path.getmtime(tmp_path) - 3700
+    made = {
+        "orphan": f"gagar-sbx-{dead.pid}-abc",
+        "recent_orphan": f"gagar-sbx-{dead.pid}-def",
+        "live": f"gagar-sbx-{os.getpid()}-ghi",
+        "other": "gagar-sbx-notapid",
+    }
+    for name in made.values():
+        (tmp_path / name / "repo").mkdir(parents=True)
+    for key in ("orphan", "live", "other"):
+        os.utime(tmp_path / made[key], (hour_ago, hour_ago))
+
+    LocalBackend(settings=LocalSandboxSettings(work_root=tmp_path), workers=1)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        made[k] for k in ("recent_orphan", "live", "other")
+    )

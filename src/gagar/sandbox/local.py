@@ -32,7 +32,14 @@ from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
 from gagar.sandbox.results import Outcome, Status, TestResult
 from gagar.sandbox.uids import UidsBusyError, lease_uid
 from gagar.sandbox.verdict import exit_reason, expected_outcomes, verdict
-from gagar.sandbox.workspace import Workspace, WorkspaceError, hand_over, materialize, workspace
+from gagar.sandbox.workspace import (
+    Workspace,
+    WorkspaceError,
+    hand_over,
+    materialize,
+    sweep_orphans,
+    workspace,
+)
 from gagar.tasks.schema import Task
 
 __all__ = ["DEFAULT_TEST_CMD", "InfraError", "LocalBackend", "LocalSandboxSettings"]
@@ -113,6 +120,7 @@ class LocalBackend:
         self.settings = settings or LocalSandboxSettings()
         self.workers = workers or os.cpu_count() or 1
         self.isolate = isolate
+        sweep_orphans(self.settings.work_root)
 
     def evaluate(
         self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None

@@ -4,14 +4,19 @@ Layout under a new temporary directory: ``repo/`` (the repository at the base co
 and ``out/`` (reports the test run writes). Both are handed to the sandbox uid.
 A bundled ``snapshot`` is written file by file; a ``base_commit`` is checked out from
 a local clone ``<repos_dir>/<task.repo>`` (no network is used).
+
+A workspace's name carries its creator's pid (``gagar-sbx-<pid>-…``): a process killed before its
+``finally`` ran leaves its workspaces behind, and :func:`sweep_orphans` removes them later.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +25,10 @@ from pathlib import Path
 from gagar.sandbox.patch import PatchError, check_path
 from gagar.tasks.schema import Task
 
-__all__ = ["Workspace", "WorkspaceError", "hand_over", "materialize", "workspace"]
+__all__ = ["Workspace", "WorkspaceError", "hand_over", "materialize", "sweep_orphans", "workspace"]
+
+PREFIX = "gagar-sbx-"
+_NAME = re.compile(rf"{PREFIX}(\d+)-")
 
 
 class WorkspaceError(RuntimeError):
@@ -40,7 +48,7 @@ class Workspace:
 def workspace(work_root: Path | None) -> Iterator[Workspace]:
     """Create an empty workspace under ``work_root`` (default: the system temp dir); always removed."""
     try:
-        root = Path(tempfile.mkdtemp(prefix="gagar-sbx-", dir=work_root))
+        root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=work_root))
         (root / "repo").mkdir()
         (root / "out").mkdir()
     except OSError as exc:
@@ -50,6 +58,36 @@ def workspace(work_root: Path | None) -> Iterator[Workspace]:
         yield Workspace(root, root / "repo", root / "out")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another uid
+        return True
+    return True
+
+
+def sweep_orphans(work_root: Path | None, min_age_s: float = 3600.0) -> list[Path]:
+    """Remove workspaces under ``work_root`` whose creator is gone and that are older than ``min_age_s``.
+
+    The age guard keeps workspaces of a live process in another pid namespace sharing the directory
+    (a pid this one cannot see) safe for longer than any test run lasts. Returns what was removed.
+    """
+    removed = []
+    now = time.time()
+    for path in Path(work_root or tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        match = _NAME.match(path.name)
+        try:
+            old = now - path.stat().st_mtime >= min_age_s
+        except OSError:
+            continue
+        if match and old and path.is_dir() and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _write_snapshot(repo: Path, snapshot: dict[str, str]) -> None:
