@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/local
 
-.PHONY: run test install install-dev system-deps lint format bench clean vllm-env test-warm
+.PHONY: run test install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ install-dev: $(BIN)/python
 system-deps:
 	bash scripts/install-system-deps.sh
 
-run: install
+# What the local sandbox needs (bubblewrap, setpriv, Debian's python3 with pytest): make run's share.
+sandbox-deps:
+	bash scripts/install-system-deps.sh --sandbox-only
+
+run: install sandbox-deps
 	$(BIN)/gagar run --out $(RUN_DIR)
 
 lint: install-dev

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # System packages the tests use: bubblewrap (sandbox), Prometheus, promtool and the Pushgateway (metrics),
 # and the s3rver S3-protocol server from npm (storage). Idempotent; skips what is present.
+# --sandbox-only: just what the local sandbox needs (what `make run` uses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+sandbox_only=false
+[ "${1:-}" = "--sandbox-only" ] && sandbox_only=true
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
 command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
+if ! $sandbox_only; then
+  command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+  command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
+fi
 # the local sandbox runs tests with Debian's python3 and its pytest (readable by the sandbox uid)
 /usr/bin/python3 -c "import pytest" >/dev/null 2>&1 || need_apt+=(python3 python3-pytest)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -21,6 +26,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
-if [ ! -x node_modules/.bin/s3rver ]; then
+if ! $sandbox_only && [ ! -x node_modules/.bin/s3rver ]; then
   npm install --no-audit --no-fund --silent >/dev/null
 fi
