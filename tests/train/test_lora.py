@@ -25,6 +25,8 @@ from gagar.train.lora import (
     ADAPTER_FILES,
     LoraSettings,
     adapter_base,
+    adapter_updates,
+    adapter_version,
     export_merged,
     is_adapter_dir,
     load_trainable,
@@ -243,6 +245,13 @@ def test_pruning_keeps_the_newest_adapters_by_update_number(tmp_path: Path):
         "policy-step-x",
     ]
     assert prune_adapters(tmp_path, keep=2) == []
+
+
+def test_adapter_version_names_round_trip() -> None:
+    assert [adapter_updates(adapter_version(n)) for n in (1, 12, 300)] == [1, 12, 300]
+    assert [adapter_updates(name) for name in ("policy-step-x", "policy-step-", "policy", "step-3")] == [
+        None
+    ] * 4
 
 
 def test_adapters_are_also_published_to_an_artifact_store(two_updates: Path, tmp_path: Path):

@@ -29,11 +29,14 @@ _CONSONANTS, _VOWELS = "bcdfghjklmnprstvwz", "aeiou"
 _SUFFIXES = ("", "py", "kit", "lib", "ops", "core", "tools", "utils", "box")
 
 
+def _syllables(rng: random.Random, fewest: int, most: int) -> str:
+    return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(fewest, most)))
+
+
 def random_package_name(rng: random.Random) -> str:
     """A pronounceable lower-case identifier of 2-4 random syllables and a common suffix."""
     while True:
-        stem = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 4)))
-        name = stem + rng.choice(_SUFFIXES)
+        name = _syllables(rng, 2, 4) + rng.choice(_SUFFIXES)
         if not keyword.iskeyword(name):
             return name
 
@@ -85,11 +88,7 @@ def rename_package(task: Task, new: str) -> Task:
 def random_identifier(rng: random.Random) -> str:
     """A pronounceable snake_case identifier of one or two random words of 2-3 syllables."""
     while True:
-        words = [
-            "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.randint(2, 3)))
-            for _ in range(rng.randint(1, 2))
-        ]
-        name = "_".join(words)
+        name = "_".join(_syllables(rng, 2, 3) for _ in range(rng.randint(1, 2)))
         if not keyword.iskeyword(name):
             return name
 

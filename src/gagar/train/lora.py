@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ADAPTER_CONFIG",
     "ADAPTER_FILES",
+    "ADAPTER_PREFIX",
     "QWEN2_TARGET_MODULES",
     "LoraSettings",
     "adapter_base",
+    "adapter_updates",
     "adapter_version",
     "export_merged",
     "is_adapter_dir",
@@ -72,11 +74,20 @@ class LoraSettings(BaseModel):
     serve the previous one while the newest loads. The store's copies are never pruned."""
 
 
+ADAPTER_PREFIX = "policy-step-"
+
+
 def adapter_version(updates: int) -> str:
     """The version name of the policy after ``updates`` completed updates: ``policy-step-{updates}``."""
     if updates < 1:
         raise ValueError(f"an adapter exists only after an update; got {updates} updates")
-    return f"policy-step-{updates}"
+    return f"{ADAPTER_PREFIX}{updates}"
+
+
+def adapter_updates(version: str) -> int | None:
+    """The update count in an adapter version name (inverse of :func:`adapter_version`); else None."""
+    count = version.removeprefix(ADAPTER_PREFIX)
+    return int(count) if count != version and count.isdigit() else None
 
 
 def is_adapter_dir(path: str | os.PathLike[str]) -> bool:
@@ -229,14 +240,8 @@ def publish_adapter(
 
 def prune_adapters(adapters_root: str | os.PathLike[str], keep: int) -> list[Path]:
     """Remove all but the ``keep`` newest ``policy-step-N`` adapters (by N); returns those removed."""
-    published = sorted(
-        (
-            p
-            for p in Path(adapters_root).glob("policy-step-*")
-            if p.name.removeprefix("policy-step-").isdigit()
-        ),
-        key=lambda p: int(p.name.removeprefix("policy-step-")),
-    )
+    versions = {path: adapter_updates(path.name) for path in Path(adapters_root).glob(f"{ADAPTER_PREFIX}*")}
+    published = sorted((p for p, n in versions.items() if n is not None), key=lambda p: versions[p])
     removed = published[: max(0, len(published) - keep)]
     for path in removed:
         shutil.rmtree(path)

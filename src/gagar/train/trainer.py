@@ -35,7 +35,7 @@ from gagar.advantage import Estimator, GenerationBatch, assemble_batch
 from gagar.records import atomic_write_text
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
-from gagar.train.lora import adapter_version, prune_adapters, publish_adapter
+from gagar.train.lora import adapter_updates, adapter_version, prune_adapters, publish_adapter
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 
@@ -157,7 +157,7 @@ class Trainer:
             seconds = swap_adapter(client, version, self.publish_adapter(before), previous)
             if previous is None:
                 for name in client.served_models():
-                    if name.startswith("policy-step-") and name != version:
+                    if adapter_updates(name) is not None and name != version:
                         client.unload_adapter(name)
         client.require(version)
         self._served_adapter = version if before is not None else None
