@@ -40,12 +40,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return root / "tasks.jsonl", root / "policy"
 
 
-def _config(run_dir: Path, tasks: Path, policy: Path, **rollout) -> TrainConfig:
+def _config(
+    run_dir: Path, tasks: Path, policy: Path, steps: int = 2, lora: dict | None = None, **rollout
+) -> TrainConfig:
     return TrainConfig(
         run_dir=run_dir,
         tasks=tasks,
         policy=policy,
-        steps=2,
+        steps=steps,
         rollout={
             "group_size": 2,
             "gen_batch_groups": 2,
@@ -57,7 +59,7 @@ def _config(run_dir: Path, tasks: Path, policy: Path, **rollout) -> TrainConfig:
         sandbox={"workers": 2},
         advantage={"algo": "grpo"},
         optim={"lr": 1e-2, "minibatch_size": 4},
-        lora=LORA,
+        lora=lora or LORA,
     )
 
 
@@ -70,19 +72,21 @@ def _trajectories(run: Path, step: int) -> list[Trajectory]:
 
 
 def test_lora_run_samples_from_base_plus_adapter_and_publishes_each_update(setup, tmp_path: Path):
+    """Three updates with ``keep_adapters`` 2: each published, the oldest pruned from the run."""
     tasks, policy = setup
     weights = _sha(policy / "model.safetensors")
-    rows = Trainer(_config(tmp_path / "run", tasks, policy), progress=False).run()
+    config = _config(tmp_path / "run", tasks, policy, steps=3, lora={**LORA, "keep_adapters": 2})
+    rows = Trainer(config, progress=False).run()
 
-    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["step"] for r in rows] == [0, 1, 2]
     assert _sha(policy / "model.safetensors") == weights  # the SFT base is never written
     checkpoints = CheckpointManager(tmp_path / "run" / "checkpoints").checkpoints()
     assert all(is_adapter_dir(c.path / "model") for c in checkpoints)
     assert rows[1]["policy"] == str(checkpoints[0].path / "model")  # step 1 sampled base + adapter 1
     assert {t.policy_version for t in _trajectories(tmp_path / "run", 1)} == {rows[1]["policy"]}
     adapters = tmp_path / "run" / "adapters"
-    assert sorted(p.name for p in adapters.iterdir()) == ["policy-step-1", "policy-step-2"]
-    for row, name in zip(rows, ("policy-step-1", "policy-step-2"), strict=True):
+    assert sorted(p.name for p in adapters.iterdir()) == ["policy-step-2", "policy-step-3"]
+    for row, name in zip(rows[1:], ("policy-step-2", "policy-step-3"), strict=True):
         size = sum((adapters / name / f).stat().st_size for f in ADAPTER_FILES)
         assert row["lora/adapter_bytes"] == size
 
