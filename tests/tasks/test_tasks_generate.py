@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -14,10 +15,12 @@ from typer.testing import CliRunner
 from gagar.cli.tasks import app as tasks_app
 from gagar.sandbox.results import Outcome
 from gagar.tasks.diffs import apply_diff, diff_stats, parse_diff
-from gagar.tasks.generate import generate_task, generate_tasks
+from gagar.tasks.generate import generate_task, generate_tasks, operator_bugs
+from gagar.tasks.library import DOMAINS, BugKind
 from gagar.tasks.loaders import load_tasks
 from gagar.tasks.noise import add_noise
 from gagar.tasks.oracle import score_patch
+from gagar.tasks.render import render_function
 from gagar.tasks.schema import Task
 from gagar.tasks.testrun import DEFAULT_TEST_CMD, run_pytest, write_snapshot
 
@@ -119,6 +122,9 @@ def test_cli_generate_writes_tasks_and_a_summary(tmp_path: Path):
     bad = CliRunner().invoke(cli, ["tasks", "generate", "--n", "1", "--out", str(out), "--split", "dev"])
     assert bad.exit_code != 0
     assert "train" in bad.output
+    bad = CliRunner().invoke(cli, ["tasks", "generate", "--n", "1", "--out", str(out), "--mutations", "ast"])
+    assert bad.exit_code != 0
+    assert "catalogue" in bad.output
 
 
 def test_unverified_generation_predicts_what_pytest_finds():
@@ -126,3 +132,29 @@ def test_unverified_generation_predicts_what_pytest_finds():
     fast = generate_tasks(6, seed=3, verify=False)
     slow = generate_tasks(6, seed=3)
     assert [t.model_dump() for t in fast] == [t.model_dump() for t in slow]
+
+
+def test_operator_bugs_replace_one_whole_line_of_the_function():
+    fn = render_function(DOMAINS[0].functions[0], random.Random(0))
+    lines = fn.source.splitlines()
+    bugs = operator_bugs(fn.source)
+    assert len(bugs) > 3 * len(fn.template.mutations)
+    for bug in bugs:
+        assert bug.old in lines
+        assert "\n" not in bug.new
+        assert bug.new != bug.old
+    kinds = {bug.kind for bug in bugs}
+    assert {BugKind.WRONG_COMPARISON, BugKind.WRONG_OPERATOR, BugKind.OFF_BY_ONE} <= kinds
+
+
+def test_all_mutations_widen_the_family_and_still_verify_under_pytest():
+    """Same packages as the catalogue family, bugs also from the AST operators; pytest agrees."""
+    n = 24
+    catalogue = generate_tasks(n, seed=5, verify=False)
+    wide = generate_tasks(n, seed=5, verify=False, mutations="all")
+    assert [t.repo for t in wide] == [t.repo for t in catalogue]
+    assert sum(a.patch != b.patch for a, b in zip(wide, catalogue, strict=True)) >= n // 3
+    verified = generate_tasks(6, seed=5, workers=2, mutations="all")  # raises if pytest disagrees
+    assert [t.model_dump() for t in verified] == [t.model_dump() for t in wide[:6]]
+    with pytest.raises(ValueError, match="mutations"):
+        generate_tasks(1, seed=5, mutations="ast")  # type: ignore[arg-type]

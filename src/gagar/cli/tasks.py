@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from tqdm import tqdm
 
-from gagar.tasks.generate import Split, generate_tasks, summary_line
+from gagar.tasks.generate import Mutations, Split, generate_tasks, summary_line
 from gagar.tasks.loaders import write_tasks
 
 __all__ = ["app"]
@@ -30,14 +30,28 @@ def generate(
     verify: bool = typer.Option(
         True, "--verify/--no-verify", help="Run pytest for FAIL_TO_PASS; --no-verify is for SFT data only."
     ),
+    mutations: str = typer.Option(
+        "catalogue",
+        "--mutations",
+        help="Bug source: 'catalogue' (hand-written, a few per function) or 'all' (also the AST operators).",
+    ),
 ) -> None:
     """Generate buggy packages with gold patches; FAIL_TO_PASS comes from real pytest runs."""
     if split not in ("train", "heldout"):
         raise typer.BadParameter("must be 'train' or 'heldout'", param_hint="--split")
     chosen: Split = "train" if split == "train" else "heldout"
+    if mutations not in ("catalogue", "all"):
+        raise typer.BadParameter("must be 'catalogue' or 'all'", param_hint="--mutations")
+    source: Mutations = "all" if mutations == "all" else "catalogue"
     with tqdm(total=n, desc="tasks", unit="task") as bar:
         tasks = generate_tasks(
-            n, seed, chosen, workers=workers, progress=lambda _: bar.update(1), verify=verify
+            n,
+            seed,
+            chosen,
+            workers=workers,
+            progress=lambda _: bar.update(1),
+            verify=verify,
+            mutations=source,
         )
     write_tasks(out, tasks)
     typer.echo(f"{summary_line(tasks)} -> {out}")

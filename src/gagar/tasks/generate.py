@@ -5,6 +5,11 @@ with a pytest suite, one one-line bug, the minimal gold diff that fixes it and a
 bug report. FAIL_TO_PASS and PASS_TO_PASS come from real pytest runs of the buggy and the
 fixed repository. Generation is deterministic: task ``i`` depends only on ``(split, seed, i)``,
 and the split is part of every repository name, so train and held-out never share one.
+
+Bugs come from the catalogue's hand-written mutations (two to four per function), or with
+``mutations="all"`` also from the AST operators of :mod:`gagar.tasks.mutate` applied to every
+line of the function: dozens of bugs per function instead of a handful. SFT on the wider family
+teaches a small policy to read the buggy line from the file rather than recall a likely one.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Literal
 
 from gagar.sandbox.results import Outcome
 from gagar.tasks.diffs import make_diff
-from gagar.tasks.library import DOMAINS, Mutation
+from gagar.tasks.library import DOMAINS, BugKind, Mutation
+from gagar.tasks.mutate import find_mutations
 from gagar.tasks.render import (
     CallResult,
     GenerationError,
@@ -32,9 +38,32 @@ from gagar.tasks.schema import Task
 from gagar.tasks.statements import problem_statement
 from gagar.tasks.testrun import DEFAULT_TEST_CMD, run_pytest
 
-__all__ = ["Split", "generate_task", "generate_tasks", "iter_generated_tasks", "summary_line"]
+__all__ = [
+    "Mutations",
+    "Split",
+    "generate_task",
+    "generate_tasks",
+    "iter_generated_tasks",
+    "operator_bugs",
+    "summary_line",
+]
 
 Split = Literal["train", "heldout"]
+Mutations = Literal["catalogue", "all"]
+"""Where bugs come from: the catalogue only, or the catalogue and the AST operators."""
+
+_OPERATOR_KINDS = {
+    "compare": BugKind.WRONG_COMPARISON,
+    "arith": BugKind.WRONG_OPERATOR,
+    "off_by_one": BugKind.OFF_BY_ONE,
+    "bool_flip": BugKind.WRONG_BOOLEAN,
+    "bool_op": BugKind.WRONG_BOOLEAN,
+    "return_value": BugKind.WRONG_VARIABLE,
+    "drop_branch_stmt": BugKind.MISSED_EDGE_CASE,
+    "swap_args": BugKind.SWAPPED_ARGUMENTS,
+}
+"""Bug kind of each one-line AST operator. ``return_value`` (a returned value negated or replaced
+by ``None``) counts as a wrong value; ``drop_guard`` deletes lines and is left out."""
 
 _STEMS = (
     "ledger", "tally", "quill", "harbor", "pebble", "atlas", "orbit", "bramble", "cinder", "delta",
@@ -76,12 +105,40 @@ def _files(package: str, modules: list[RenderedModule], sources: dict[str, str])
     return files
 
 
-def _candidates(modules: list[RenderedModule], sources: dict[str, str]) -> list[_Bug]:
+def operator_bugs(source: str) -> list[Mutation]:
+    """One-line bugs from the AST operators: each replaces one whole line of ``source``.
+
+    ``old`` is the line as written and ``new`` the mutated line, both without the newline.
+    """
+    lines = source.splitlines()
+    bugs = []
+    for m in find_mutations(source):
+        if m.operator not in _OPERATOR_KINDS or "\n" in m.replacement or "\n" in source[m.start : m.end]:
+            continue
+        mutated = m.apply(source).splitlines()
+        old, new = lines[m.line - 1], mutated[m.line - 1]
+        if len(mutated) == len(lines) and new.strip():
+            bugs.append(Mutation(_OPERATOR_KINDS[m.operator], old, new))
+    return bugs
+
+
+def _function_bugs(fn: RenderedFunction, mutations: Mutations) -> list[tuple[Mutation, str, str]]:
+    """(mutation, old, new) of each bug of ``fn``: the catalogue's, then any new operator bugs."""
+    bugs = [(m, *fn.mutation_text(m)) for m in fn.template.mutations]
+    if mutations == "all":
+        seen = {(old, new) for _, old, new in bugs}
+        for m in operator_bugs(fn.source):
+            if (m.old, m.new) not in seen:
+                seen.add((m.old, m.new))
+                bugs.append((m, m.old, m.new))
+    return bugs
+
+
+def _candidates(modules: list[RenderedModule], sources: dict[str, str], mutations: Mutations) -> list[_Bug]:
     bugs = []
     for module in modules:
         for fn in module.functions:
-            for mutation in fn.template.mutations:
-                old, new = fn.mutation_text(mutation)
+            for mutation, old, new in _function_bugs(fn, mutations):
                 if sources[module.name].count(old) == 1 and fn.source.count(old) == 1:
                     bugs.append(_Bug(module, fn, mutation, old, new))
     return bugs
@@ -106,10 +163,10 @@ def _predicted_failures(bug: _Bug, buggy_source: str, correct_source: str) -> li
 
 
 def _choose_bug(
-    rng: random.Random, modules: list[RenderedModule], sources: dict[str, str]
+    rng: random.Random, modules: list[RenderedModule], sources: dict[str, str], mutations: Mutations
 ) -> tuple[_Bug, str, list[tuple[str, CallResult]]]:
     """A bug the tests catch: (bug, buggy module source, (test, buggy result) of each failing case)."""
-    candidates = _candidates(modules, sources)
+    candidates = _candidates(modules, sources, mutations)
     while candidates:
         kind = rng.choice(sorted({b.mutation.kind for b in candidates}))
         bug = rng.choice([b for b in candidates if b.mutation.kind == kind])
@@ -129,7 +186,12 @@ def _outcomes_split(buggy: dict[str, Outcome], fixed: dict[str, Outcome]) -> tup
 
 
 def generate_task(
-    index: int, seed: int, split: Split = "train", python: str | None = None, verify: bool = True
+    index: int,
+    seed: int,
+    split: Split = "train",
+    python: str | None = None,
+    verify: bool = True,
+    mutations: Mutations = "catalogue",
 ) -> Task:
     """Task ``index`` of the family ``(split, seed)``.
 
@@ -144,7 +206,7 @@ def generate_task(
     files = _files(package, modules, sources)
     for m in modules:
         files[m.test_path] = tests_source(package, m, sources[m.name])
-    bug, buggy_source, failures = _choose_bug(rng, modules, sources)
+    bug, buggy_source, failures = _choose_bug(rng, modules, sources, mutations)
     module_path = f"{package}/{bug.module.path}"
     snapshot = {**files, module_path: buggy_source}
     predicted = sorted(f"{bug.module.test_path}::test_{bug.function.name}_{t}" for t, _ in failures)
@@ -184,7 +246,7 @@ def generate_task(
     )
 
 
-def _generate_star(args: tuple[int, int, Split, str | None, bool]) -> Task:
+def _generate_star(args: tuple[int, int, Split, str | None, bool, Mutations]) -> Task:
     return generate_task(*args)
 
 
@@ -195,13 +257,16 @@ def iter_generated_tasks(
     workers: int = 1,
     python: str | None = None,
     verify: bool = True,
+    mutations: Mutations = "catalogue",
 ) -> Iterator[Task]:
     """Yield tasks ``0..n-1`` of ``(split, seed)`` in order, generated by ``workers`` processes."""
     if n < 0:
         raise ValueError(f"n must be non-negative, got {n}")
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    jobs = [(i, seed, split, python, verify) for i in range(n)]
+    if mutations not in ("catalogue", "all"):
+        raise ValueError(f"mutations must be 'catalogue' or 'all', got {mutations!r}")
+    jobs = [(i, seed, split, python, verify, mutations) for i in range(n)]
     if workers <= 1:
         yield from map(_generate_star, jobs)
         return
@@ -217,6 +282,7 @@ def generate_tasks(
     python: str | None = None,
     progress: Callable[[Task], None] | None = None,
     verify: bool = True,
+    mutations: Mutations = "catalogue",
 ) -> list[Task]:
     """``n`` tasks of the family ``(split, seed)``; the same arguments give the same tasks.
 
@@ -225,9 +291,10 @@ def generate_tasks(
         python: interpreter with pytest that runs the suites; default this one.
         progress: called with each task as it is finished.
         verify: run pytest to establish FAIL_TO_PASS (see :func:`generate_task`).
+        mutations: ``"catalogue"`` or ``"all"`` (see the module docstring).
     """
     tasks = []
-    for task in iter_generated_tasks(n, seed, split, workers, python, verify):
+    for task in iter_generated_tasks(n, seed, split, workers, python, verify, mutations):
         tasks.append(task)
         if progress is not None:
             progress(task)
