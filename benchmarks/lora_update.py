@@ -36,9 +36,10 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _prepare(work: Path, n_traj: int) -> tuple[Path, Path, Path]:
-    """The default-size SFT policy (2 steps), ``n_traj`` trajectories from it and a ±1 advantage batch."""
+    """A 4-layer SFT policy (2 steps), ``n_traj`` trajectories from it and a ±1 advantage batch."""
     tasks = generate_tasks(max(1, n_traj // 8), seed=3)
-    train_sft(tasks, work / "policy", SFTConfig(steps=2, batch_size=4, warmup_steps=1), progress=False)
+    config = SFTConfig(steps=2, batch_size=4, warmup_steps=1, num_layers=4)
+    train_sft(tasks, work / "policy", config, progress=False)
     model, tokenizer = load_policy(work / "policy")
     params = SamplingParams(max_new_tokens=128, seed=1)
     trajs = list(rollout(tasks, HFBackend(model, tokenizer), tokenizer, 8, params, progress=False))

@@ -49,7 +49,7 @@ FIRST_REQUEST = SamplingParams(max_new_tokens=16, seed=0)
 def build_base(path: Path) -> tuple[torch.nn.Module, Any]:
     """The default-size tiny Qwen2 policy (hidden 128, 4 layers) saved to ``path``; (model, tokenizer)."""
     tokenizer = train_tokenizer([_CODE * 40, "Fix the issue. Answer with SEARCH/REPLACE blocks."], 4096)
-    model = build_model(tokenizer, ModelSize(), seed=0).eval()
+    model = build_model(tokenizer, ModelSize(num_layers=4), seed=0).eval()
     save_policy(model, tokenizer, path)
     return model, tokenizer
 

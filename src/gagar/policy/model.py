@@ -28,7 +28,7 @@ class ModelSize:
 
     hidden_size: int = 128
     """Width of the residual stream."""
-    num_layers: int = 4
+    num_layers: int = 2
     """Number of decoder layers."""
     num_heads: int = 4
     """Attention heads (head dim = hidden_size / num_heads)."""

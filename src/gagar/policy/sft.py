@@ -70,11 +70,12 @@ class SFTConfig(BaseModel):
     """A Hugging Face checkpoint to fine-tune; None trains the tokenizer and the tiny model from scratch."""
     vocab_size: int = 4096
     """BPE vocabulary size of the trained tokenizer (from scratch only)."""
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
+    hidden_size: int = ModelSize.hidden_size
+    """The tiny model's shape (from scratch only); defaults are :class:`ModelSize`'s."""
+    num_layers: int = ModelSize.num_layers
+    num_heads: int = ModelSize.num_heads
+    num_kv_heads: int = ModelSize.num_kv_heads
+    intermediate_size: int = ModelSize.intermediate_size
     steps: int = 1200
     """Optimizer steps."""
     batch_size: int = 16
