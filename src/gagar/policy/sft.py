@@ -61,7 +61,8 @@ class SFTConfig(BaseModel):
     (``gagar tasks generate --no-verify``) they give 63% parse rate, 61% pass@1 and 26% unclean
     resolving answers on 100 held-out tasks (95% of answers well-formed), in 46 minutes on the 2 cores
     shared with other jobs (load average 4-10), about 21 minutes on one core of a fresh-clone
-    ``make run``. Twice the steps or three times the depth reach 68% parse rate.
+    ``make run``. Twice the steps or three times the depth reach 68% parse rate; more data, a wider
+    model, more heads, more weight decay or a flat bug prior (``--mutations all``) did worse.
     """
 
     model_config = ConfigDict(extra="forbid")
