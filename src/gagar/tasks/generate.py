@@ -8,8 +8,9 @@ and the split is part of every repository name, so train and held-out never shar
 
 Bugs come from the catalogue's hand-written mutations (two to four per function), or with
 ``mutations="all"`` also from the AST operators of :mod:`gagar.tasks.mutate` applied to every
-line of the function: dozens of bugs per function instead of a handful. SFT on the wider family
-teaches a small policy to read the buggy line from the file rather than recall a likely one.
+line of the function: 243 bugs over the catalogue's 26 functions instead of 59, a harder family
+for RL or evaluation. (As SFT data for the tiny embedded policy it was meant to make recalling a
+likely bug useless; it halved the parse rate instead: docs/policy.md.)
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ def generate_task(
     comes from those runs, checked against the example calls' prediction. ``verify=False`` trusts the
     prediction and runs no test: the same task, about 30 times faster, for SFT demonstrations only
     (their test lists are never used); tasks the sandbox evaluates are generated verified.
+    ``mutations`` picks the bug source (module docstring); the package is the same either way.
     """
     rng = random.Random(f"gagar-tasks:{split}:{seed}:{index}")
     package, modules = _package(rng)
