@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import typer
 from tqdm import tqdm
@@ -40,8 +41,8 @@ def generate(
     if split not in ("train", "heldout"):
         raise typer.BadParameter("must be 'train' or 'heldout'", param_hint="--split")
     chosen: Split = "train" if split == "train" else "heldout"
-    if mutations not in ("catalogue", "all"):
-        raise typer.BadParameter("must be 'catalogue' or 'all'", param_hint="--mutations")
+    if mutations not in get_args(Mutations):
+        raise typer.BadParameter(f"must be one of {', '.join(get_args(Mutations))}", param_hint="--mutations")
     source: Mutations = "all" if mutations == "all" else "catalogue"
     with tqdm(total=n, desc="tasks", unit="task") as bar:
         tasks = generate_tasks(

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from gagar.sandbox.results import Outcome
 from gagar.tasks.diffs import make_diff
@@ -115,11 +115,10 @@ def operator_bugs(source: str) -> list[Mutation]:
     bugs = []
     for m in find_mutations(source):
         if m.operator not in _OPERATOR_KINDS or "\n" in m.replacement or "\n" in source[m.start : m.end]:
-            continue
-        mutated = m.apply(source).splitlines()
-        old, new = lines[m.line - 1], mutated[m.line - 1]
-        if len(mutated) == len(lines) and new.strip():
-            bugs.append(Mutation(_OPERATOR_KINDS[m.operator], old, new))
+            continue  # a multi-line edit; a one-line one keeps every other line where it was
+        new = m.apply(source).splitlines()[m.line - 1]
+        if new.strip():
+            bugs.append(Mutation(_OPERATOR_KINDS[m.operator], lines[m.line - 1], new))
     return bugs
 
 
@@ -266,8 +265,8 @@ def iter_generated_tasks(
         raise ValueError(f"n must be non-negative, got {n}")
     if split not in ("train", "heldout"):
         raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    if mutations not in ("catalogue", "all"):
-        raise ValueError(f"mutations must be 'catalogue' or 'all', got {mutations!r}")
+    if mutations not in get_args(Mutations):
+        raise ValueError(f"mutations must be one of {get_args(Mutations)}, got {mutations!r}")
     jobs = [(i, seed, split, python, verify, mutations) for i in range(n)]
     if workers <= 1:
         yield from map(_generate_star, jobs)
