@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
-from gagar.policy.model import ModelSize, build_model, load_policy
+from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.sft import SFTConfig, batch_indices, collate, lr_factor, sft_loss, train_sft
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.tasks.diffs import apply_diff, make_diff
@@ -32,6 +32,23 @@ def test_loss_decreases_and_model_round_trips(tasks, tmp_path) -> None:
     ids = torch.tensor([tokenizer.encode("def add(a, b):")])
     again, _ = load_policy(out)
     torch.testing.assert_close(model(input_ids=ids).logits, again(input_ids=ids).logits)
+
+
+def test_a_saved_policy_tokenizes_text_as_sft_did(tasks, tmp_path) -> None:
+    """Rollouts load the tokenizer from the policy directory (as Qwen2Tokenizer, from its config), so it
+    must segment prompts and answers exactly as the tokenizer SFT trained with."""
+    answers, _ = demo_answers(tasks, noise_share=0.5, seed=0)
+    corpus = [text for a in answers for text in (*a.task.snapshot.values(), a.answer)] * 3
+    trained = train_tokenizer([*corpus, "round(3.14159 * r**2, 3)\n    return 1024\n"], 400)
+    save_policy(build_model(trained, ModelSize(32, 1, 2, 1, 64, 640)), trained, tmp_path)
+    _, loaded = load_policy(tmp_path)
+    at_sft, _ = tokenize_demos(answers, trained, 512, 128)
+    at_rollout, _ = tokenize_demos(answers, loaded, 512, 128)
+    assert [(d.prompt_ids, d.answer_ids) for d in at_rollout] == [
+        (d.prompt_ids, d.answer_ids) for d in at_sft
+    ]
+    text = "    total = round(3.14159 * radius**2, 3)\n    return 1024\n"
+    assert loaded.encode(text) == trained.encode(text)
 
 
 def test_resume_equals_uninterrupted(tasks, tmp_path) -> None:

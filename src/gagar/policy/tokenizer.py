@@ -2,18 +2,26 @@
 
 Saved as ``tokenizer.json`` (plus ``tokenizer_config.json``) by ``save_pretrained``, so it loads
 with ``transformers.AutoTokenizer.from_pretrained(DIR)`` exactly like a real checkpoint's tokenizer.
-Its chat template is Qwen's ChatML, so prompts are built the same way for the tiny model and for
-Qwen2.5-Coder.
+It pre-tokenizes as Qwen2 does, because that is how a policy directory's tokenizer is loaded again
+(:data:`QWEN2_PRETOKENIZE_REGEX`), and its chat template is Qwen's ChatML, so prompts are built the
+same way for the tiny model and for Qwen2.5-Coder.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-__all__ = ["CHATML_TEMPLATE", "EOS_TOKEN", "PAD_TOKEN", "SPECIAL_TOKENS", "train_tokenizer"]
+__all__ = [
+    "CHATML_TEMPLATE",
+    "EOS_TOKEN",
+    "PAD_TOKEN",
+    "QWEN2_PRETOKENIZE_REGEX",
+    "SPECIAL_TOKENS",
+    "train_tokenizer",
+]
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
@@ -27,6 +35,17 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 """ChatML, as Qwen2/Qwen2.5 use it (without their default system message)."""
+
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+"""Qwen2's pre-tokenizer pattern (single digits; newlines apart from the next line's indentation).
+
+A saved policy directory has a ``qwen2`` config, so ``AutoTokenizer`` (transformers 5) and vLLM load
+its tokenizer as ``Qwen2Tokenizer``, which rebuilds the NFC normalizer and this regex pre-tokenizer
+around the saved vocabulary and merges. Training with the same ones keeps the text the model learned
+on segmented exactly as the text it later reads in rollouts."""
 
 
 def train_tokenizer(
@@ -46,7 +65,13 @@ def train_tokenizer(
             f"vocab_size {vocab_size} is below the {len(alphabet) + len(SPECIAL_TOKENS)} base tokens"
         )
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
