@@ -31,7 +31,7 @@ def run(
     grader: str = typer.Option("heuristic", "--grader", help="heuristic, learned or llm."),
     group_size: int = typer.Option(4, "--group-size", min=2, help="Trajectories per task."),
     train_batch_groups: int = typer.Option(4, "--train-batch-groups", min=1, help="Groups trained on."),
-    gen_batch_groups: int = typer.Option(8, "--gen-batch-groups", min=1, help="Tasks sampled per step."),
+    gen_batch_groups: int = typer.Option(16, "--gen-batch-groups", min=1, help="Tasks sampled per step."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="Longest answer."),
     seed: int = typer.Option(0, "--seed", help="Run seed."),
     pushgateway: str = typer.Option("", "--pushgateway", help="Pushgateway URL for the step metrics."),
