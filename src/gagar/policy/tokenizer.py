@@ -14,6 +14,13 @@ from collections.abc import Iterable
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+# A saved policy directory has a ``qwen2`` config, so ``AutoTokenizer`` (transformers 5) and vLLM load
+# its tokenizer as ``Qwen2Tokenizer``, which rebuilds the NFC normalizer and Qwen2's regex pre-tokenizer
+# (single digits; newlines apart from the next line's indentation) around the saved vocabulary and
+# merges. Training with the very same pattern keeps the text the model learned on segmented exactly as
+# the text it later reads in rollouts.
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX as QWEN2_PRETOKENIZE_REGEX
+
 __all__ = [
     "CHATML_TEMPLATE",
     "EOS_TOKEN",
@@ -35,17 +42,6 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 """ChatML, as Qwen2/Qwen2.5 use it (without their default system message)."""
-
-QWEN2_PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-"""Qwen2's pre-tokenizer pattern (single digits; newlines apart from the next line's indentation).
-
-A saved policy directory has a ``qwen2`` config, so ``AutoTokenizer`` (transformers 5) and vLLM load
-its tokenizer as ``Qwen2Tokenizer``, which rebuilds the NFC normalizer and this regex pre-tokenizer
-around the saved vocabulary and merges. Training with the same ones keeps the text the model learned
-on segmented exactly as the text it later reads in rollouts."""
 
 
 def train_tokenizer(
