@@ -9,7 +9,7 @@ import pytest
 
 from gagar.records import RecordError, atomic_write_text, read_records, write_records
 from gagar.sandbox.base import Prediction
-from gagar.tasks.schema import Task
+from gagar.tasks.schema import TASK_SCHEMA_VERSION, Task
 
 SWE_BENCH_LIKE = {
     "instance_id": "astropy__astropy-12907",
@@ -36,7 +36,7 @@ def test_swe_bench_instance_loads_unchanged_and_round_trips(tmp_path):
     again = json.loads((tmp_path / "out.jsonl").read_text())
     assert again["version"] == "4.3"
     assert again["created_at"] == SWE_BENCH_LIKE["created_at"]
-    assert again["schema_version"] == 1
+    assert again["schema_version"] == TASK_SCHEMA_VERSION
 
 
 def test_errors_name_the_line_and_the_field(tmp_path):
@@ -74,3 +74,32 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
         write_records(target, [{"ok": 1}, {"not serialisable": object()}])
     assert target.read_text() == "old\n"
     assert os.listdir(tmp_path) == ["results.jsonl"]
+
+
+def test_a_version_1_task_file_still_loads_and_keeps_its_version(tmp_path):
+    v1 = dict(SWE_BENCH_LIKE, schema_version=1)
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(v1) + "\n")
+    (task,) = read_records(path, Task)
+    assert task.schema_version == 1
+    assert task.held_out_checks == []
+
+
+def test_held_out_checks_must_be_fail_to_pass_tests(tmp_path):
+    bad = dict(SWE_BENCH_LIKE, held_out_checks=["tests/test_x.py::test_not_listed"])
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(RecordError, match=r"held_out_checks must be FAIL_TO_PASS tests.*test_not_listed"):
+        read_records(path, Task)
+
+
+def test_a_hack_result_names_its_kind_and_evidence():
+    from gagar.sandbox.results import HackFlag, HackKind, Status, TestResult
+
+    result = TestResult(
+        trajectory_id="t", instance_id="i", status=Status.HACK,
+        hacks=[HackFlag(kind=HackKind.TEST_INFRASTRUCTURE, evidence="conftest.py: added")],
+    )  # fmt: skip
+    again = TestResult.model_validate_json(result.model_dump_json())
+    assert again.hacks[0].kind is HackKind.TEST_INFRASTRUCTURE
+    assert not again.resolved
