@@ -1,7 +1,15 @@
-"""From a killed mutant to a verified Task: test lists, problem statement, gold patch, verification."""
+"""From a killed mutant to a verified Task: test lists, problem statement, gold patch, verification.
+
+As in SWE-bench, the FAIL_TO_PASS tests travel in ``test_patch``: their definitions are taken out
+of the snapshot's test files (whole test functions or methods, decorators included) and the test
+patch puts them back after the model patch. Where a test cannot be taken out cleanly (it is not a
+function or method defined in its own file, or the file would not parse without it) it stays in
+the snapshot; such a task's ``test_patch`` holds the tests that could be moved.
+"""
 
 from __future__ import annotations
 
+import ast
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +22,15 @@ from gagar.tasks.schema import Environment, Task
 from gagar.tasks.synth.runner import PytestRun, TestSuite
 from gagar.tasks.testrun import write_snapshot
 
-__all__ = ["MutantSource", "classify", "make_task", "problem_statement", "stable_passing", "verify_task"]
+__all__ = [
+    "MutantSource",
+    "classify",
+    "make_task",
+    "problem_statement",
+    "split_judge_tests",
+    "stable_passing",
+    "verify_task",
+]
 
 _FAILING = (Outcome.FAILED, Outcome.ERROR)
 
@@ -91,6 +107,67 @@ def problem_statement(project: str, test_cmd: str, failing: list[str], messages:
     return "\n".join(lines)
 
 
+def _parse(text: str | None) -> ast.Module | None:
+    if text is None:
+        return None
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        return None
+
+
+def _definition_lines(tree: ast.Module, names: Sequence[str]) -> tuple[int, int] | None:
+    """1-based inclusive line span (decorators included) of the function ``names[-1]`` defined in
+    the nested classes ``names[:-1]``; None if there is no such definition."""
+    body: list[ast.stmt] = tree.body
+    node: ast.stmt | None = None
+    for depth, name in enumerate(names):
+        kind = ast.ClassDef if depth < len(names) - 1 else (ast.FunctionDef, ast.AsyncFunctionDef)
+        node = next((n for n in body if isinstance(n, kind) and n.name == name), None)
+        if node is None:
+            return None
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
+        return None
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
+
+
+def split_judge_tests(
+    snapshot: Mapping[str, str], tests: Sequence[str]
+) -> tuple[dict[str, str], str, list[str]]:
+    """Take the definitions of ``tests`` (pytest node ids) out of their files.
+
+    Returns the snapshot without them, the test patch that puts them back, and the tests that
+    stayed in the snapshot because they could not be taken out (module docstring).
+    """
+    by_file: dict[str, dict[str, list[str]]] = {}
+    for test in tests:
+        path, *names = test.split("[", 1)[0].split("::")
+        by_file.setdefault(path, {})[test] = names
+    visible = dict(snapshot)
+    kept: list[str] = []
+    for path, names_of in sorted(by_file.items()):
+        tree = _parse(snapshot.get(path))
+        spans: dict[str, tuple[int, int]] = {}
+        for test, names in names_of.items():
+            span = _definition_lines(tree, names) if tree is not None and names else None
+            if span is None:
+                kept.append(test)
+            else:
+                spans[test] = span
+        if not spans:
+            continue
+        lines = snapshot[path].splitlines(keepends=True)
+        for first, last in sorted(set(spans.values()), reverse=True):
+            del lines[first - 1 : last]
+        stripped = "".join(lines)
+        if _parse(stripped) is None:  # e.g. a class left with no statement
+            kept += spans
+        else:
+            visible[path] = stripped
+    return visible, make_diff(visible, dict(snapshot)), sorted(kept)
+
+
 def make_task(
     *,
     instance_id: str,
@@ -103,23 +180,28 @@ def make_task(
     suite: TestSuite,
     requirements: list[str],
 ) -> Task:
-    """The task whose repository is ``snapshot`` with the mutant applied and whose gold patch undoes it.
+    """The task whose repository is ``snapshot`` with the mutant applied, minus the FAIL_TO_PASS
+    tests (in ``test_patch``), and whose gold patch undoes the mutant.
 
-    ``synthesis`` (an extra field) records how the bug was made; it is metadata for analysis
-    and must not be shown to the policy.
+    ``environment`` names the interpreter of the library's venv and the exact distributions installed
+    in it (``requirements``). ``synthesis`` (an extra field) records how the bug was made and which
+    FAIL_TO_PASS tests had to stay in the snapshot; it is metadata for analysis and must not be
+    shown to the policy.
     """
     buggy = {**snapshot, mutant.path: mutant.mutant}
+    visible, test_patch, kept = split_judge_tests(buggy, fail_to_pass)
     patch = make_diff({mutant.path: mutant.mutant}, {mutant.path: mutant.original})
     m = mutant.mutation
     return Task(
         instance_id=instance_id,
         repo=f"pypi/{project.split('==')[0]}",
-        snapshot=buggy,
+        snapshot=visible,
         problem_statement=problem_statement(project, suite.test_cmd, fail_to_pass, messages),
         patch=patch,
+        test_patch=test_patch,
         FAIL_TO_PASS=fail_to_pass,
         PASS_TO_PASS=pass_to_pass,
-        environment=Environment(requirements=requirements),
+        environment=Environment(python=str(suite.python), requirements=requirements),
         test_cmd=suite.test_cmd,
         synthesis={
             "source": project,
@@ -128,6 +210,7 @@ def make_task(
             "function": m.function,
             "line": m.line,
             "description": m.description,
+            "fail_to_pass_in_snapshot": kept,
         },
     )
 
@@ -141,17 +224,21 @@ def _run_snapshot(suite: TestSuite, files: Mapping[str, str], timeout_s: float) 
 def verify_task(task: Task, suite: TestSuite, original: Mapping[str, str], timeout_s: float) -> list[str]:
     """Re-run the task from its own record; returns what is wrong with it (empty: verified).
 
-    Checks that the bundled (buggy) snapshot fails every FAIL_TO_PASS test and passes every
-    PASS_TO_PASS test, that the gold patch restores ``original``, and that with the gold patch
-    applied every FAIL_TO_PASS and PASS_TO_PASS test passes.
+    Checks that the snapshot the policy reads runs cleanly, that with ``test_patch`` applied it
+    fails every FAIL_TO_PASS test and passes every PASS_TO_PASS test, that the gold patch and the
+    test patch together restore ``original``, and that with both applied every test passes.
     """
     if task.snapshot is None:
         raise ValueError(f"{task.instance_id}: a synthesized task must bundle its snapshot")
     problems: list[str] = []
-    fixed = apply_diff(task.snapshot, task.patch)
+    judged = apply_diff(task.snapshot, task.test_patch)
+    fixed = apply_diff(judged, task.patch)
     if fixed != dict(original):
-        problems.append("the gold patch does not restore the original sources")
-    buggy_run = _run_snapshot(suite, task.snapshot, timeout_s)
+        problems.append("the gold patch and the test patch do not restore the original sources")
+    shown_run = _run_snapshot(suite, task.snapshot, timeout_s)
+    if shown_run.broken:
+        return [*problems, f"the snapshot's own test run broke:\n{shown_run.log_tail[-800:]}"]
+    buggy_run = _run_snapshot(suite, judged, timeout_s)
     if buggy_run.broken:
         return [*problems, f"the buggy snapshot's test run broke:\n{buggy_run.log_tail[-800:]}"]
     still_passing = [t for t in task.FAIL_TO_PASS if buggy_run.outcomes.get(t) not in _FAILING]
