@@ -64,6 +64,20 @@ def test_split_takes_out_whole_definitions_and_the_test_patch_puts_them_back() -
     assert [fp.new_path for fp in parse_diff(test_patch)] == ["tests/test_lib.py"]
 
 
+def test_a_test_method_inherited_from_a_mixin_is_taken_out_of_the_mixin() -> None:
+    mixin = "class CacheMixin:\n    def test_get(self):\n        assert 1\n\n"
+    mixin += "    def test_set(self):\n        assert 2\n"
+    lru = "import unittest\n\nfrom . import CacheMixin as Base\n\n\nclass LRUTest(Base, unittest.TestCase):\n"
+    lru += "    pass\n"
+    snapshot = {"tests/__init__.py": mixin, "tests/test_lru.py": lru}
+    visible, test_patch, kept = split_judge_tests(snapshot, ["tests/test_lru.py::LRUTest::test_get"])
+    assert kept == []
+    assert "test_get" not in visible["tests/__init__.py"]
+    assert "test_set" in visible["tests/__init__.py"]
+    assert visible["tests/test_lru.py"] == lru
+    assert apply_diff(visible, test_patch) == snapshot
+
+
 def test_a_test_that_cannot_be_taken_out_cleanly_stays_in_the_snapshot() -> None:
     tests = "class TestOnly:\n    def test_it(self):\n        assert True\n"
     visible, test_patch, kept = split_judge_tests({"test_x.py": tests}, ["test_x.py::TestOnly::test_it"])

@@ -13,7 +13,7 @@ import ast
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from gagar.sandbox.results import Outcome
 from gagar.tasks.diffs import apply_diff, make_diff
@@ -85,12 +85,14 @@ def _first_line(message: str, limit: int = 300) -> str:
 
 
 def problem_statement(project: str, test_cmd: str, failing: list[str], messages: Mapping[str, str]) -> str:
-    """A user's report of the failing tests: their names and error messages, never the fix."""
+    """A CI report of the failing tests: their names and error messages, never the fix (nor the tests'
+    bodies, which travel in ``test_patch`` and may be missing from the snapshot)."""
     shown = failing[:5]
     lines = [
         f"Some of {project}'s own tests fail.",
         "",
-        f"Running `{test_cmd}` from the repository root, {len(failing)} test(s) fail:",
+        f"In the maintainers' run of their full suite (`{test_cmd}` from the repository root), "
+        f"{len(failing)} test(s) fail:",
         "",
     ]
     for test in shown:
@@ -116,53 +118,113 @@ def _parse(text: str | None) -> ast.Module | None:
         return None
 
 
-def _definition_lines(tree: ast.Module, names: Sequence[str]) -> tuple[int, int] | None:
-    """1-based inclusive line span (decorators included) of the function ``names[-1]`` defined in
-    the nested classes ``names[:-1]``; None if there is no such definition."""
-    body: list[ast.stmt] = tree.body
-    node: ast.stmt | None = None
-    for depth, name in enumerate(names):
-        kind = ast.ClassDef if depth < len(names) - 1 else (ast.FunctionDef, ast.AsyncFunctionDef)
-        node = next((n for n in body if isinstance(n, kind) and n.name == name), None)
-        if node is None:
-            return None
-        body = node.body if isinstance(node, ast.ClassDef) else []
+def _function_span(node: ast.stmt) -> tuple[int, int] | None:
     if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
         return None
     return min([node.lineno, *(d.lineno for d in node.decorator_list)]), node.end_lineno
 
 
+def _imported_module_file(snapshot: Mapping[str, str], path: str, node: ast.ImportFrom) -> str | None:
+    """The snapshot file a ``from X import ...`` in ``path`` reads: relative, or from the root or src/."""
+    parts = (node.module or "").split(".") if node.module else []
+    if node.level:
+        folder = PurePosixPath(path).parent
+        for _ in range(node.level - 1):
+            folder = folder.parent
+        bases = [folder]
+    else:
+        bases = [PurePosixPath("."), PurePosixPath("src")]
+    for base in bases:
+        for candidate in (
+            base.joinpath(*parts).with_suffix(".py") if parts else None,
+            base.joinpath(*parts, "__init__.py"),
+        ):
+            if candidate is not None and str(candidate) in snapshot:
+                return str(candidate)
+    return None
+
+
+def _method_definition(
+    snapshot: Mapping[str, str], path: str, classes: Sequence[str], method: str, depth: int = 0
+) -> tuple[str, tuple[int, int]] | None:
+    """(file, line span) defining ``method`` for the class ``classes`` (nested) of ``path``: in the
+    class itself, else in its bases, searched left to right, depth first (as the MRO would for
+    mixins), in the same file or in the module a ``from ... import`` names."""
+    tree = _parse(snapshot.get(path))
+    if tree is None or depth > 8:
+        return None
+    body: list[ast.stmt] = tree.body
+    cls: ast.ClassDef | None = None
+    for name in classes:
+        cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if cls is None:
+            return None
+        body = cls.body
+    if cls is None:  # a module-level test function
+        found = next(
+            (n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == method),
+            None,
+        )
+        span = _function_span(found) if found is not None else None
+        return (path, span) if span is not None else None
+    own = next(
+        (n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == method),
+        None,
+    )
+    if own is not None:
+        span = _function_span(own)
+        return (path, span) if span is not None else None
+    for base in cls.bases:
+        if not isinstance(base, ast.Name):
+            continue
+        if any(isinstance(n, ast.ClassDef) and n.name == base.id for n in tree.body):
+            found_in = _method_definition(snapshot, path, [base.id], method, depth + 1)
+        else:
+            source = next(
+                (
+                    (n, alias.name)
+                    for n in tree.body
+                    if isinstance(n, ast.ImportFrom)
+                    for alias in n.names
+                    if (alias.asname or alias.name) == base.id
+                ),
+                None,
+            )
+            module = _imported_module_file(snapshot, path, source[0]) if source is not None else None
+            found_in = (
+                _method_definition(snapshot, module, [source[1]], method, depth + 1) if module else None
+            )
+        if found_in is not None:
+            return found_in
+    return None
+
+
 def split_judge_tests(
     snapshot: Mapping[str, str], tests: Sequence[str]
 ) -> tuple[dict[str, str], str, list[str]]:
-    """Take the definitions of ``tests`` (pytest node ids) out of their files.
+    """Take the definitions of ``tests`` (pytest node ids) out of the files that define them
+    (a test method inherited from a mixin is taken out of the mixin, for every class using it).
 
     Returns the snapshot without them, the test patch that puts them back, and the tests that
     stayed in the snapshot because they could not be taken out (module docstring).
     """
-    by_file: dict[str, dict[str, list[str]]] = {}
+    spans: dict[str, dict[tuple[int, int], list[str]]] = {}
+    kept: list[str] = []
     for test in tests:
         path, *names = test.split("[", 1)[0].split("::")
-        by_file.setdefault(path, {})[test] = names
+        found = _method_definition(snapshot, path, names[:-1], names[-1]) if names else None
+        if found is None:
+            kept.append(test)
+        else:
+            spans.setdefault(found[0], {}).setdefault(found[1], []).append(test)
     visible = dict(snapshot)
-    kept: list[str] = []
-    for path, names_of in sorted(by_file.items()):
-        tree = _parse(snapshot.get(path))
-        spans: dict[str, tuple[int, int]] = {}
-        for test, names in names_of.items():
-            span = _definition_lines(tree, names) if tree is not None and names else None
-            if span is None:
-                kept.append(test)
-            else:
-                spans[test] = span
-        if not spans:
-            continue
+    for path, tests_at in sorted(spans.items()):
         lines = snapshot[path].splitlines(keepends=True)
-        for first, last in sorted(set(spans.values()), reverse=True):
+        for first, last in sorted(tests_at, reverse=True):
             del lines[first - 1 : last]
         stripped = "".join(lines)
         if _parse(stripped) is None:  # e.g. a class left with no statement
-            kept += spans
+            kept += [test for group in tests_at.values() for test in group]
         else:
             visible[path] = stripped
     return visible, make_diff(visible, dict(snapshot)), sorted(kept)
