@@ -114,8 +114,10 @@ def test_gold_and_noise_patches_apply_with_standard_tools(tasks: list[Task], tmp
             root = tmp_path / f"{index}-{name}"
             write_snapshot(task.snapshot, root)
             (root / "fix.diff").write_text(patch)
+            (root / "tests.diff").write_text(task.test_patch)
             subprocess.run([*argv, "fix.diff"], cwd=root, check=True, capture_output=True)
-            for path, text in apply_diff(task.snapshot, patch).items():
+            subprocess.run([*argv, "tests.diff"], cwd=root, check=True, capture_output=True)
+            for path, text in apply_diff(apply_diff(task.snapshot, patch), task.test_patch).items():
                 assert (root / path).read_text() == text
 
 
