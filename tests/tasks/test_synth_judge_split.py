@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gagar.sandbox.results import Outcome
+from gagar.sandbox.results import Outcome, Status, TestResult
 from gagar.tasks.diffs import apply_diff, parse_diff
+from gagar.tasks.schema import Task
 from gagar.tasks.synth.runner import (
     EMPTY_PYTEST_INI,
     EnvironmentBuildError,
@@ -19,6 +20,7 @@ from gagar.tasks.synth.runner import (
     pytest_config_file,
 )
 from gagar.tasks.synth.tasks import split_judge_tests
+from gagar.tasks.synthesize import _judge_verdict
 from gagar.tasks.testrun import write_snapshot
 
 _TESTS = """import pytest
@@ -127,3 +129,40 @@ def test_an_environment_the_sandbox_could_not_read_is_refused(tmp_path: Path) ->
     os.chmod(private, 0o700)
     with pytest.raises(EnvironmentBuildError, match="not traversable by other users"):
         ensure_environment(private / "env", [], sys.executable)
+
+
+class _ScriptedJudge:
+    """A sandbox backend whose verdicts are given: (gold resolved, empty resolved, status)."""
+
+    def __init__(self, gold: bool, empty: bool, status: Status = Status.FAILED) -> None:
+        self.gold, self.empty, self.status = gold, empty, status
+
+    def evaluate(self, jobs, on_result=None) -> list[TestResult]:
+        out = []
+        for _, pred in jobs:
+            resolved = self.gold if pred.model_patch else self.empty
+            status = Status.PASSED if resolved else self.status
+            out.append(
+                TestResult(
+                    trajectory_id=pred.key, instance_id=pred.instance_id, status=status, resolved=resolved
+                )
+            )
+        return out
+
+
+@pytest.mark.parametrize(
+    ("judge", "verdict"),
+    [
+        (_ScriptedJudge(gold=True, empty=False), "kept"),
+        (_ScriptedJudge(gold=False, empty=False), "judge_gold_unresolved"),
+        (_ScriptedJudge(gold=True, empty=True), "judge_empty_resolved"),
+        (_ScriptedJudge(gold=False, empty=False, status=Status.INFRA_ERROR), "judge_infra_error"),
+    ],
+)
+def test_the_judge_keeps_only_tasks_gold_resolves_and_empty_does_not(judge, verdict: str) -> None:
+    task = Task(
+        instance_id="lib-1.0-mut-0", repo="pypi/lib", snapshot={"lib.py": "x = 2\n"}, problem_statement="p",
+        patch="diff --git a/lib.py b/lib.py\n--- a/lib.py\n+++ b/lib.py\n@@ -1 +1 @@\n-x = 2\n+x = 1\n",
+        FAIL_TO_PASS=["test_lib.py::test_x"],
+    )  # fmt: skip
+    assert _judge_verdict(judge, task)[0] == verdict
