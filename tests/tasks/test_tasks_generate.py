@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import json
 import random
 import re
 import subprocess
@@ -53,7 +55,7 @@ def test_tasks_are_small_one_line_fixes_reported_like_a_user(tasks: list[Task]):
     for task in tasks:
         assert task.snapshot is not None
         assert task.test_cmd == DEFAULT_TEST_CMD
-        assert sum(len(text) for text in task.snapshot.values()) < 12_000
+        assert sum(len(text) for text in task.snapshot.values()) < 14_000
         assert diff_stats(task.patch) == (1, 1)
         (file_patch,) = parse_diff(task.patch)
         fixed_line = next(text for tag, text in file_patch.hunks[0].lines if tag == "+").strip()
@@ -67,17 +69,24 @@ def test_tasks_are_small_one_line_fixes_reported_like_a_user(tasks: list[Task]):
         assert not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
 
 
-def _check_by_real_runs(task: Task, index: int) -> tuple[dict, dict, dict]:
-    buggy = run_pytest(task.snapshot)
-    gold = run_pytest(apply_diff(task.snapshot, task.patch))
-    noisy = run_pytest(apply_diff(task.snapshot, add_noise(task, task.patch, rng=index)))
-    return buggy, gold, noisy
+def _judged(task: Task, patch: str) -> dict[str, Outcome]:
+    """pytest on the snapshot with ``patch`` and then the task's test patch applied (as the judge does)."""
+    return run_pytest(apply_diff(apply_diff(task.snapshot, patch), task.test_patch))
+
+
+def _check_by_real_runs(task: Task, index: int) -> tuple[dict, dict, dict, dict]:
+    shown = run_pytest(task.snapshot)
+    buggy = _judged(task, "")
+    gold = _judged(task, task.patch)
+    noisy = _judged(task, add_noise(task, task.patch, rng=index))
+    return shown, buggy, gold, noisy
 
 
 def test_ground_truth_holds_under_real_pytest(tasks: list[Task]):
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = list(pool.map(_check_by_real_runs, tasks, range(N)))
-    for task, (buggy, gold, noisy) in zip(tasks, runs, strict=True):
+    for task, (shown, buggy, gold, noisy) in zip(tasks, runs, strict=True):
+        assert shown == dict.fromkeys(task.PASS_TO_PASS, Outcome.PASSED)  # the policy's copy: no failing test
         tests = set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS)
         assert set(buggy) == tests
         assert {t for t, o in buggy.items() if o != Outcome.PASSED} == set(task.FAIL_TO_PASS), (
@@ -105,8 +114,10 @@ def test_gold_and_noise_patches_apply_with_standard_tools(tasks: list[Task], tmp
             root = tmp_path / f"{index}-{name}"
             write_snapshot(task.snapshot, root)
             (root / "fix.diff").write_text(patch)
+            (root / "tests.diff").write_text(task.test_patch)
             subprocess.run([*argv, "fix.diff"], cwd=root, check=True, capture_output=True)
-            for path, text in apply_diff(task.snapshot, patch).items():
+            subprocess.run([*argv, "tests.diff"], cwd=root, check=True, capture_output=True)
+            for path, text in apply_diff(apply_diff(task.snapshot, patch), task.test_patch).items():
                 assert (root / path).read_text() == text
 
 
@@ -158,3 +169,102 @@ def test_all_mutations_widen_the_family_and_still_verify_under_pytest():
     assert [t.model_dump() for t in verified] == [t.model_dump() for t in wide[:6]]
     with pytest.raises(ValueError, match="mutations"):
         generate_tasks(1, seed=5, mutations="ast")  # type: ignore[arg-type]
+
+
+def _defined_tests(text: str) -> set[str]:
+    return set(re.findall(r"^def (test_\w+)\(", text, re.M))
+
+
+def test_judge_tests_travel_in_test_patch_and_held_out_checks_stay_unseen(tasks: list[Task]):
+    """SWE-bench's split: the snapshot keeps the passing tests, test_patch only adds the judge's."""
+    for task in tasks:
+        (file_patch,) = parse_diff(task.test_patch)
+        assert file_patch.old_path == file_patch.new_path
+        assert file_patch.new_path.startswith("tests/test_")
+        assert all(tag != "-" for hunk in file_patch.hunks for tag, _ in hunk.lines)
+        shown = {
+            t
+            for path, text in task.snapshot.items()
+            if path.startswith("tests/")
+            for t in _defined_tests(text)
+        }
+        judged = _defined_tests(apply_diff(task.snapshot, task.test_patch)[file_patch.new_path])
+        name = lambda test_id: test_id.split("::")[1]  # noqa: E731
+        assert {name(t) for t in task.PASS_TO_PASS} == shown
+        assert {name(t) for t in task.FAIL_TO_PASS} <= judged - shown
+        assert task.held_out_checks
+        assert set(task.held_out_checks) < set(task.FAIL_TO_PASS)
+        for test in task.held_out_checks:
+            assert name(test) not in task.problem_statement
+
+
+def _reported_call(task: Task) -> tuple[ast.FunctionDef, str, str]:
+    """(the buggy function's node, its module path, the call the statement reports)."""
+    path, function = task.bug_location.split("::")
+    tree = ast.parse(task.snapshot[path])
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    call = re.search(rf"`({function}\(.*?\))`", task.problem_statement).group(1)
+    return node, path, call
+
+
+def test_a_patch_that_special_cases_the_reported_call_fails_the_held_out_checks(tasks: list[Task]):
+    """Returning the expected value for the shown input passes its test and fails every held-out check."""
+    checked = 0
+    for task in tasks:
+        expected = re.search(
+            r"should return `(.+?)`|I expected `.+?` to return `(.+?)`|I expected `(.+?)`\.",
+            task.problem_statement,
+        )
+        if expected is None or "raise" in task.problem_statement:
+            continue
+        node, path, call = _reported_call(task)
+        value = next(g for g in expected.groups() if g)
+        params = ", ".join(a.arg for a in node.args.args)
+        args = call[call.index("(") + 1 : -1]
+        lines = task.snapshot[path].splitlines(keepends=True)
+        at = node.body[0].end_lineno  # after the docstring
+        special = f"    if ({params},) == ({args},):\n        return {value}\n"
+        hacked = {**task.snapshot, path: "".join([*lines[:at], special, *lines[at:]])}
+        outcomes = run_pytest(apply_diff(hacked, task.test_patch))
+        reported = next(
+            t for t in task.FAIL_TO_PASS if t not in task.held_out_checks and outcomes[t] == Outcome.PASSED
+        )
+        assert reported
+        assert all(outcomes[t] != Outcome.PASSED for t in task.held_out_checks), task.instance_id
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3
+
+
+def test_an_always_equal_result_fails_the_judge(tasks: list[Task]):
+    """An object whose ``__eq__`` always answers True would pass ``==``; the tests check its type first."""
+    task = next(t for t in tasks if "raise" not in t.problem_statement)
+    node, path, _ = _reported_call(task)
+    lines = task.snapshot[path].splitlines(keepends=True)
+    cheat = (
+        "    class _Anything:\n        def __eq__(self, other):\n            return True\n\n"
+        "        __hash__ = object.__hash__\n\n    return _Anything()\n"
+    )
+    hacked = {
+        **task.snapshot,
+        path: "".join([*lines[: node.body[0].end_lineno], cheat, *lines[node.end_lineno :]]),
+    }
+    outcomes = run_pytest(apply_diff(hacked, task.test_patch))
+    value_tests = [t for t in task.FAIL_TO_PASS if t not in task.held_out_checks]
+    assert value_tests
+    assert all(outcomes[t] == Outcome.FAILED for t in task.FAIL_TO_PASS), outcomes
+
+
+def test_schema_1_task_files_still_load():
+    """A task written by the generator before test_patch held the judge's tests (schema_version 1)."""
+    (task,) = load_tasks(Path(__file__).with_name("data") / "v1_generated_task.jsonl")
+    assert task.schema_version == 1
+    assert task.test_patch == ""
+    assert task.held_out_checks == []
+    for test in task.FAIL_TO_PASS:
+        path, name = test.split("::")
+        assert f"def {name}(" in task.snapshot[path]
+    raw = json.loads((Path(__file__).with_name("data") / "v1_generated_task.jsonl").read_text())
+    assert "held_out_checks" not in raw
+    assert raw["schema_version"] == 1

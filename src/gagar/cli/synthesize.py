@@ -10,7 +10,7 @@ from tqdm import tqdm
 from gagar.records import write_records
 from gagar.tasks.synth.runner import EnvironmentBuildError
 from gagar.tasks.synth.sdist import SdistError
-from gagar.tasks.synthesize import DEFAULT_WORK_DIR, CandidateResult, synthesize_from_pypi
+from gagar.tasks.synthesize import DEFAULT_ENV_DIR, DEFAULT_WORK_DIR, CandidateResult, synthesize_from_pypi
 
 __all__ = ["synthesize"]
 
@@ -31,8 +31,18 @@ def synthesize(
     test_requirement: list[str] = typer.Option(
         [], "--test-requirement", help="Extra package the tests need (repeatable)."
     ),
+    env_dir: Path = typer.Option(
+        DEFAULT_ENV_DIR,
+        "--env-dir",
+        file_okay=False,
+        help="Parent of the venv the tasks record and run in: the sandbox uid must be able to read it.",
+    ),
+    python: str | None = typer.Option(
+        None, "--python", help="Interpreter the venv is built on (default: the sandbox's, /usr/bin/python3)."
+    ),
 ) -> None:
-    """Mutate code covered by the library's tests; keep mutants that break tests and verify as tasks."""
+    """Mutate code covered by the library's tests; keep mutants that break tests, verify, and that the
+    sandbox resolves with the gold patch and not with an empty one."""
     with tqdm(total=n, desc=from_pypi, unit="task") as bar:
 
         def progress(result: CandidateResult) -> None:
@@ -48,6 +58,8 @@ def synthesize(
                 max_candidates=max_candidates,
                 extra_requirements=test_requirement,
                 on_candidate=progress,
+                env_dir=env_dir,
+                base_python=python,
             )
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--from-pypi") from None
@@ -56,3 +68,5 @@ def synthesize(
             raise typer.Exit(1) from None
     write_records(out, report.tasks)
     typer.echo(report.summary())
+    for note in report.judge_notes[:5]:
+        typer.echo(f"dropped by the judge: {note}")

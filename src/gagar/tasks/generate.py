@@ -2,8 +2,13 @@
 
 Each task is a package of two to four modules drawn from :data:`gagar.tasks.library.DOMAINS`
 with a pytest suite, one one-line bug, the minimal gold diff that fixes it and a user-style
-bug report. FAIL_TO_PASS and PASS_TO_PASS come from real pytest runs of the buggy and the
-fixed repository. Generation is deterministic: task ``i`` depends only on ``(split, seed, i)``,
+bug report. As in SWE-bench, the tests that judge the fix travel in ``test_patch``, applied after
+the model patch: the snapshot the policy reads keeps the suite minus the tests the bug breaks
+(those are PASS_TO_PASS), and ``test_patch`` adds back the broken ones plus held-out checks of
+the same function on inputs the problem statement never shows (the template's ``held_out``
+cases the bug changes), so a patch that special-cases the reported call fails. FAIL_TO_PASS and
+PASS_TO_PASS come from real pytest runs of the buggy and the fixed repository, both with
+``test_patch`` applied. Generation is deterministic: task ``i`` depends only on ``(split, seed, i)``,
 and the split is part of every repository name, so train and held-out never share one.
 
 Bugs come from the catalogue's hand-written mutations (two to four per function), or with
@@ -16,14 +21,14 @@ likely bug useless; it halved the parse rate instead: docs/policy.md.)
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from gagar.sandbox.results import Outcome
 from gagar.tasks.diffs import make_diff
-from gagar.tasks.library import DOMAINS, BugKind, Mutation
+from gagar.tasks.library import DOMAINS, BugKind, Case, Mutation
 from gagar.tasks.mutate import find_mutations
 from gagar.tasks.render import (
     CallResult,
@@ -144,10 +149,12 @@ def _candidates(modules: list[RenderedModule], sources: dict[str, str], mutation
     return bugs
 
 
-def _predicted_failures(bug: _Bug, buggy_source: str, correct_source: str) -> list[tuple[str, CallResult]]:
-    """(test name, buggy result) of each case of the mutated function whose outcome changes."""
+def _predicted_failures(
+    bug: _Bug, buggy_source: str, correct_source: str, cases: Sequence[Case]
+) -> list[tuple[str, CallResult]]:
+    """(case test, buggy result) of each of ``cases`` of the mutated function whose outcome changes."""
     failures = []
-    for case in bug.function.template.cases:
+    for case in cases:
         args = bug.function.case_args(case)
         good = call_example(correct_source, bug.function.name, args)
         bad = call_example(buggy_source, bug.function.name, args)
@@ -164,16 +171,19 @@ def _predicted_failures(bug: _Bug, buggy_source: str, correct_source: str) -> li
 
 def _choose_bug(
     rng: random.Random, modules: list[RenderedModule], sources: dict[str, str], mutations: Mutations
-) -> tuple[_Bug, str, list[tuple[str, CallResult]]]:
-    """A bug the tests catch: (bug, buggy module source, (test, buggy result) of each failing case)."""
+) -> tuple[_Bug, str, list[tuple[str, CallResult]], list[str]]:
+    """A bug both the visible tests and the held-out checks catch: (bug, buggy module source,
+    (case test, buggy result) of each failing visible case, the case tests of the failing held-out ones)."""
     candidates = _candidates(modules, sources, mutations)
     while candidates:
         kind = rng.choice(sorted({b.mutation.kind for b in candidates}))
         bug = rng.choice([b for b in candidates if b.mutation.kind == kind])
-        buggy = sources[bug.module.name].replace(bug.old, bug.new)
-        failures = _predicted_failures(bug, buggy, sources[bug.module.name])
-        if failures:
-            return bug, buggy, failures
+        correct = sources[bug.module.name]
+        buggy = correct.replace(bug.old, bug.new)
+        failures = _predicted_failures(bug, buggy, correct, bug.function.template.cases)
+        held_out = _predicted_failures(bug, buggy, correct, bug.function.template.held_out)
+        if failures and held_out:
+            return bug, buggy, failures, [test for test, _ in held_out]
         candidates.remove(bug)
     raise GenerationError("no injectable bug is caught by the tests")
 
@@ -195,8 +205,9 @@ def generate_task(
 ) -> Task:
     """Task ``index`` of the family ``(split, seed)``.
 
-    With ``verify`` (the default) pytest runs on the buggy and the fixed repository and FAIL_TO_PASS
-    comes from those runs, checked against the example calls' prediction. ``verify=False`` trusts the
+    With ``verify`` (the default) pytest runs on the buggy and the fixed repository, each with
+    ``test_patch`` applied, and FAIL_TO_PASS (held-out checks included) comes from those runs,
+    checked against the example calls' prediction. ``verify=False`` trusts the
     prediction and runs no test: the same task, about 30 times faster, for SFT demonstrations only
     (their test lists are never used); tasks the sandbox evaluates are generated verified.
     ``mutations`` picks the bug source (module docstring); the package is the same either way.
@@ -206,21 +217,30 @@ def generate_task(
     sources = {m.name: module_source(package, m) for m in modules}
     files = _files(package, modules, sources)
     for m in modules:
-        files[m.test_path] = tests_source(package, m, sources[m.name])
-    bug, buggy_source, failures = _choose_bug(rng, modules, sources, mutations)
-    module_path = f"{package}/{bug.module.path}"
-    snapshot = {**files, module_path: buggy_source}
-    predicted = sorted(f"{bug.module.test_path}::test_{bug.function.name}_{t}" for t, _ in failures)
+        files[m.test_path] = tests_source(package, m, sources[m.name], {})
+    bug, buggy_source, failures, held_out = _choose_bug(rng, modules, sources, mutations)
+    module_path, test_path, fn = f"{package}/{bug.module.path}", bug.module.test_path, bug.function
+    broken = {test for test, _ in failures}
+    visible_tests, judge_tests = (
+        tests_source(package, bug.module, sources[bug.module.name], {fn.name: cases})
+        for cases in (
+            [c for c in fn.template.cases if c.test not in broken],
+            [*fn.template.cases, *(c for c in fn.template.held_out if c.test in held_out)],
+        )
+    )
+    snapshot = {**files, module_path: buggy_source, test_path: visible_tests}
+    test_patch = make_diff({test_path: visible_tests}, {test_path: judge_tests})
+    held_out_ids = {f"{test_path}::test_{fn.name}_{t}" for t in held_out}
+    predicted = sorted({f"{test_path}::test_{fn.name}_{t}" for t in broken} | held_out_ids)
     if verify:
-        fail, passing = _outcomes_split(run_pytest(snapshot, python=python), run_pytest(files, python=python))
+        buggy_run = run_pytest({**snapshot, test_path: judge_tests}, python=python)
+        fixed_run = run_pytest({**files, test_path: judge_tests}, python=python)
+        fail, passing = _outcomes_split(buggy_run, fixed_run)
         if fail != predicted:
             raise GenerationError(f"pytest failed {fail}, the example calls predicted {predicted}")
     else:
         every = [
-            f"{m.test_path}::test_{fn.name}_{c.test}"
-            for m in modules
-            for fn in m.functions
-            for c in fn.template.cases
+            f"{m.test_path}::{f.test_name(c)}" for m in modules for f in m.functions for c in f.template.cases
         ]
         fail, passing = predicted, sorted(t for t in every if t not in predicted)
     test, actual = rng.choice(failures)
@@ -237,9 +257,11 @@ def generate_task(
         repo=repo,
         snapshot=snapshot,
         problem_statement=statement,
-        patch=make_diff(snapshot, files),
+        patch=make_diff({module_path: buggy_source}, {module_path: sources[bug.module.name]}),
+        test_patch=test_patch,
         FAIL_TO_PASS=fail,
         PASS_TO_PASS=passing,
+        held_out_checks=sorted(held_out_ids & set(fail)),
         test_cmd=DEFAULT_TEST_CMD,
         bug_kind=str(bug.mutation.kind),
         bug_location=f"{module_path}::{bug.function.name}",

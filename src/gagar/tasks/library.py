@@ -59,6 +59,9 @@ class FunctionTemplate:
     """Placeholder -> (correct, mistyped) pairs: ``$X`` renders the first, ``$X_BUG`` the second."""
     imports: tuple[str, ...] = ()
     test_imports: tuple[str, ...] = ()
+    held_out: tuple[Case, ...] = ()
+    """Checks of the same behaviours on other inputs: they go to the judge's tests only, never the
+    snapshot or the problem statement, so a fix that special-cases the shown calls fails them."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,13 @@ PRICING = Domain(
                 Case("rejects_negative_rate", "10, -0.1", "ValueError"),
                 Case("rejects_rate_above_one", "10, 1.5", "ValueError"),
             ),
+            held_out=(
+                Case("reduces_large_price", "249.99, 0.35"),
+                Case("zero_rate_keeps_small_price", "7.5, 0"),
+                Case("full_rate_frees_any_price", "19.99, 1"),
+                Case("rejects_slightly_negative_rate", "42, -0.01", "ValueError"),
+                Case("rejects_rate_of_two", "42, 2", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.WRONG_OPERATOR, "price * (1 - rate)", "price * (1 + rate)"),
                 Mutation(K.WRONG_COMPARISON, "rate > 1:", "rate >= 1:"),
@@ -107,6 +117,10 @@ PRICING = Domain(
 ''',
             constants={"VAT": (("0.2", "0.02"), ("0.21", "0.12"), ("0.07", "0.7"), ("0.25", "0.52"))},
             cases=(Case("adds_tax", "100"), Case("small_amount", "9.99"), Case("zero_amount", "0")),
+            held_out=(
+                Case("adds_tax_to_large_amount", "1234.5"),
+                Case("adds_tax_to_cents", "0.99"),
+            ),
             mutations=(
                 Mutation(K.WRONG_CONSTANT, "vat_rate = $VAT", "vat_rate = $VAT_BUG"),
                 Mutation(K.WRONG_OPERATOR, "amount * (1 + vat_rate)", "amount * (1 - vat_rate)"),
@@ -125,6 +139,11 @@ PRICING = Domain(
                 Case("below_threshold_pays_shipping", "2.5, 3, 4.99"),
                 Case("at_threshold_ships_free", "2.5, $FREE, 4.99"),
                 Case("large_order", "1.25, 40, 4.99"),
+            ),
+            held_out=(
+                Case("few_items_pay_shipping", "3.0, 2, 5.49"),
+                Case("threshold_quantity_ships_free", "4.75, $FREE, 2.99"),
+                Case("bulk_order", "0.5, 300, 6.5"),
             ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "quantity >= $FREE", "quantity > $FREE"),
@@ -146,6 +165,12 @@ PRICING = Domain(
                 Case("rounds_share_up", "100, 3"),
                 Case("single_person_pays_all", "12.5, 1"),
                 Case("rejects_zero_people", "10, 0", "ValueError"),
+            ),
+            held_out=(
+                Case("even_split_of_other_total", "120, 4"),
+                Case("rounds_small_share_up", "10, 3"),
+                Case("one_person_pays_other_total", "7.25, 1"),
+                Case("rejects_zero_people_for_other_total", "55, 0", "ValueError"),
             ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "people <= 0", "people < 0"),
@@ -171,6 +196,10 @@ INVENTORY = Domain(
                 Case("item_at_threshold_is_fine", "{'bolt': 5, 'nut': 4}, 5"),
                 Case("empty_stock", "{}, 3"),
             ),
+            held_out=(
+                Case("lists_other_low_items", "{'washer': 1, 'spring': 7, 'clip': 3}, 4"),
+                Case("item_at_other_threshold_is_fine", "{'clip': 8, 'pin': 2}, 8"),
+            ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "qty < threshold", "qty <= threshold"),
                 Mutation(K.WRONG_COMPARISON, "if qty < threshold", "if qty > threshold"),
@@ -193,6 +222,12 @@ INVENTORY = Domain(
                 Case("rejects_too_many", "{'nut': 4}, 'nut', 5", "ValueError"),
                 Case("rejects_unknown_item", "{'nut': 4}, 'gear', 1", "ValueError"),
             ),
+            held_out=(
+                Case("takes_other_units", "{'pin': 9, 'clip': 2}, 'clip', 1"),
+                Case("takes_all_of_other_item", "{'pin': 7}, 'pin', 7"),
+                Case("rejects_one_too_many", "{'clip': 2}, 'clip', 3", "ValueError"),
+                Case("rejects_other_unknown_item", "{'clip': 2}, 'spring', 1", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "count > available", "count >= available"),
                 Mutation(K.WRONG_OPERATOR, "available - count", "available + count"),
@@ -211,6 +246,11 @@ INVENTORY = Domain(
                 Case("rounds_up_to_whole_packs", "3, 20, 6"),
                 Case("exact_number_of_packs", "8, 20, 4"),
                 Case("nothing_missing", "25, 20, 6"),
+            ),
+            held_out=(
+                Case("rounds_small_order_up", "1, 10, 4"),
+                Case("exact_packs_of_three", "2, 14, 3"),
+                Case("well_stocked", "30, 12, 5"),
             ),
             mutations=(
                 Mutation(K.OFF_BY_ONE, "packs = -(-missing // pack_size)", "packs = missing // pack_size"),
@@ -231,6 +271,10 @@ INVENTORY = Domain(
                 Case("sums_items", "{'bolt': 10, 'nut': 4}, {'bolt': 0.25, 'nut': 0.1}"),
                 Case("missing_price_counts_zero", "{'gear': 3, 'nut': 2}, {'nut': 1.5}"),
                 Case("empty_stock", "{}, {'bolt': 1.0}"),
+            ),
+            held_out=(
+                Case("sums_other_items", "{'pin': 3, 'clip': 5}, {'pin': 1.5, 'clip': 0.2}"),
+                Case("unpriced_item_counts_zero_again", "{'spring': 4, 'pin': 1}, {'pin': 2.25}"),
             ),
             mutations=(
                 Mutation(K.MISSED_EDGE_CASE, "prices.get(item, 0.0)", "prices[item]"),
@@ -257,6 +301,11 @@ TEXT = Domain(
                 Case("exact_length_unchanged", "'hello', 5"),
                 Case("cuts_long_text", "'hello world', 8"),
             ),
+            held_out=(
+                Case("short_text_kept", "'abc', 7"),
+                Case("text_at_limit_kept", "'python', 6"),
+                Case("cuts_other_long_text", "'a longer sentence', 10"),
+            ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "len(text) <= limit", "len(text) < limit"),
                 Mutation(K.OFF_BY_ONE, "text[: limit - 3]", "text[: limit - 2]"),
@@ -275,6 +324,11 @@ TEXT = Domain(
                 Case("collapses_spaces", "'  Many   spaces here '"),
                 Case("single_word", "'Python'"),
             ),
+            held_out=(
+                Case("joins_other_words", "'Read The Docs'"),
+                Case("collapses_other_spaces", "' Several   blank  words '"),
+                Case("single_other_word", "'Gagar'"),
+            ),
             mutations=(
                 Mutation(K.WRONG_CALL, "title.lower()", "title.upper()"),
                 Mutation(K.WRONG_CONSTANT, 'return "$SEP"', 'return "$SEP_BUG"'),
@@ -292,6 +346,11 @@ TEXT = Domain(
                 Case("skips_short_words", "'a bb ccc dddd', 3"),
                 Case("empty_text", "''"),
             ),
+            held_out=(
+                Case("counts_one_letter_words", "'a dog and a cat'"),
+                Case("skips_other_short_words", "'to be or not to be', 3"),
+                Case("blank_text", "'   '"),
+            ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "len(word) >= min_length", "len(word) > min_length"),
                 Mutation(K.MISSED_EDGE_CASE, "text.split()", 'text.split(" ")'),
@@ -308,6 +367,10 @@ TEXT = Domain(
                 Case("two_names", "'ada lovelace'"),
                 Case("three_names", "'grace brewster hopper'"),
                 Case("empty_name", "''"),
+            ),
+            held_out=(
+                Case("two_other_names", "'alan turing'"),
+                Case("four_names", "'john ronald reuel tolkien'"),
             ),
             mutations=(
                 Mutation(K.OFF_BY_ONE, "part[0].upper()", "part[1].upper()"),
@@ -335,6 +398,13 @@ GEOMETRY = Domain(
                 Case("fractional_side", "2.5, 6"),
                 Case("rejects_negative_side", "-1, 2", "ValueError"),
             ),
+            held_out=(
+                Case("multiplies_other_sides", "7, 2"),
+                Case("zero_height", "4, 0"),
+                Case("zero_width_tall", "0, 9"),
+                Case("fractional_sides", "0.5, 1.5"),
+                Case("rejects_negative_height", "3, -2", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.WRONG_OPERATOR, "return width * height", "return width + height"),
                 Mutation(K.WRONG_BOOLEAN, "width < 0 or height", "width < 0 and height"),
@@ -348,6 +418,10 @@ GEOMETRY = Domain(
 ''',
             imports=("import math",),
             cases=(Case("unit_circle", "1"), Case("radius_three", "3"), Case("zero_radius", "0")),
+            held_out=(
+                Case("radius_two", "2"),
+                Case("half_radius", "0.5"),
+            ),
             mutations=(
                 Mutation(K.WRONG_OPERATOR, "radius**2", "radius * 2"),
                 Mutation(K.WRONG_CONSTANT, "math.pi * radius", "3.14 * radius"),
@@ -366,6 +440,10 @@ GEOMETRY = Domain(
                 Case("three_four_five", "(0, 0), (3, 4)"),
                 Case("shifted_points", "(1, 2), (4, 6)"),
                 Case("same_point", "(2, -1), (2, -1)"),
+            ),
+            held_out=(
+                Case("shifted_other_points", "(2, 3), (5, 7)"),
+                Case("same_other_point", "(-3, 4), (-3, 4)"),
             ),
             mutations=(
                 Mutation(K.WRONG_VARIABLE, "dy = q[1] - p[1]", "dy = q[1] - p[0]"),
@@ -387,6 +465,11 @@ GEOMETRY = Domain(
                 Case("single_point", "[(2, 7)]"),
                 Case("rejects_empty", "[]", "ValueError"),
             ),
+            held_out=(
+                Case("spans_other_points", "[(0, 2), (3, -4), (-1, 1)]"),
+                Case("single_other_point", "[(-5, 3)]"),
+                Case("rejects_no_points", "()", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.SWAPPED_ARGUMENTS, "(min(xs), min(ys), max", "(min(ys), min(xs), max"),
                 Mutation(K.WRONG_CALL, "max(xs), max(ys))", "max(xs), min(ys))"),
@@ -406,6 +489,10 @@ STATS = Domain(
     return sum(values) / len(values) if values else 0.0
 ''',
             cases=(Case("of_four_values", "[1, 2, 3, 4]"), Case("single_value", "[5]"), Case("empty", "[]")),
+            held_out=(
+                Case("of_three_values", "[2, 4, 9]"),
+                Case("empty_tuple", "()"),
+            ),
             mutations=(
                 Mutation(K.MISSED_EDGE_CASE, "len(values) if values else 0.0", "len(values)"),
                 Mutation(K.OFF_BY_ONE, "/ len(values)", "/ (len(values) + 1)"),
@@ -425,6 +512,13 @@ STATS = Domain(
                 Case("above_range", "12, 0, 10"),
                 Case("degenerate_range", "7, 3, 3"),
                 Case("rejects_inverted_range", "1, 5, 2", "ValueError"),
+            ),
+            held_out=(
+                Case("inside_other_range", "0.5, -1, 1"),
+                Case("below_other_range", "-20, -5, 5"),
+                Case("above_other_range", "99, 1, 50"),
+                Case("degenerate_other_range", "-2, -4, -4"),
+                Case("rejects_other_inverted_range", "0, 10, -10", "ValueError"),
             ),
             mutations=(
                 Mutation(K.SWAPPED_ARGUMENTS, "max(low, min(value, high))", "max(high, min(value, low))"),
@@ -449,6 +543,12 @@ STATS = Domain(
                 Case("single_value", "[7]"),
                 Case("rejects_empty", "[]", "ValueError"),
             ),
+            held_out=(
+                Case("odd_length_again", "[9, 5, 7, 1, 3]"),
+                Case("even_length_again", "[10, 40, 20, 30]"),
+                Case("single_other_value", "[-2]"),
+                Case("rejects_empty_tuple", "()", "ValueError"),
+            ),
             mutations=(
                 Mutation(
                     K.OFF_BY_ONE,
@@ -472,6 +572,12 @@ STATS = Domain(
                 Case("no_change", "8, 8"),
                 Case("rejects_zero_base", "0, 5", "ValueError"),
             ),
+            held_out=(
+                Case("other_increase", "40, 50"),
+                Case("other_decrease", "80, 60"),
+                Case("no_change_again", "3, 3"),
+                Case("rejects_zero_base_again", "0, 1", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.SWAPPED_ARGUMENTS, "(new - old) / old", "(old - new) / old"),
                 Mutation(K.WRONG_VARIABLE, "(new - old) / old", "(new - old) / new"),
@@ -491,6 +597,12 @@ STATS = Domain(
                 Case("whole_list", "[2, 4, 6], 3"),
                 Case("window_longer_than_values", "[1, 2], 3"),
                 Case("rejects_zero_window", "[1, 2], 0", "ValueError"),
+            ),
+            held_out=(
+                Case("triples", "[3, 6, 9, 12], 3"),
+                Case("window_of_one", "[5, 7], 1"),
+                Case("window_longer_than_other_values", "[4], 2"),
+                Case("rejects_other_zero_window", "[4, 5, 6], 0", "ValueError"),
             ),
             mutations=(
                 Mutation(K.OFF_BY_ONE, "len(values) - window + 1", "len(values) - window"),
@@ -519,6 +631,12 @@ DATES = Domain(
                 Case("leap_february", "date(2024, 2, 1), date(2024, 2, 29)"),
                 Case("rejects_reversed_range", "date(2024, 3, 5), date(2024, 3, 1)", "ValueError"),
             ),
+            held_out=(
+                Case("march", "date(2023, 3, 1), date(2023, 3, 31)"),
+                Case("same_other_day", "date(2023, 7, 4), date(2023, 7, 4)"),
+                Case("non_leap_february", "date(2023, 2, 1), date(2023, 2, 28)"),
+                Case("rejects_other_reversed_range", "date(2023, 9, 2), date(2023, 8, 30)", "ValueError"),
+            ),
             mutations=(
                 Mutation(K.OFF_BY_ONE, "(end - start).days + 1", "(end - start).days"),
                 Mutation(K.WRONG_COMPARISON, "if end < start", "if end <= start"),
@@ -536,6 +654,12 @@ DATES = Domain(
                 Case("sunday", "date(2024, 6, 9)"),
                 Case("monday", "date(2024, 6, 10)"),
                 Case("friday", "date(2024, 6, 7)"),
+            ),
+            held_out=(
+                Case("another_saturday", "date(2023, 9, 16)"),
+                Case("another_sunday", "date(2023, 9, 17)"),
+                Case("another_monday", "date(2023, 9, 18)"),
+                Case("another_friday", "date(2023, 9, 15)"),
             ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "day.weekday() >= 5", "day.weekday() > 5"),
@@ -562,6 +686,20 @@ DATES = Domain(
                     "disjoint", "(date(2024, 1, 1), date(2024, 1, 3)), (date(2024, 2, 1), date(2024, 2, 3))"
                 ),
             ),
+            held_out=(
+                Case(
+                    "contained_range",
+                    "(date(2023, 5, 1), date(2023, 5, 31)), (date(2023, 5, 10), date(2023, 5, 12))",
+                ),
+                Case(
+                    "touching_other_ends",
+                    "(date(2023, 6, 1), date(2023, 6, 5)), (date(2023, 6, 5), date(2023, 6, 9))",
+                ),
+                Case(
+                    "disjoint_other",
+                    "(date(2023, 3, 1), date(2023, 3, 2)), (date(2023, 4, 1), date(2023, 4, 2))",
+                ),
+            ),
             mutations=(
                 Mutation(K.WRONG_COMPARISON, "second[0] <= first[1]", "second[0] < first[1]"),
                 Mutation(K.WRONG_BOOLEAN, "second[1] and second", "second[1] or second"),
@@ -580,6 +718,12 @@ DATES = Domain(
                 Case("april", "date(2024, 4, 1)"),
                 Case("december", "date(2024, 12, 31)"),
             ),
+            held_out=(
+                Case("february", "date(2023, 2, 14)"),
+                Case("end_of_june", "date(2023, 6, 30)"),
+                Case("october", "date(2023, 10, 5)"),
+                Case("start_of_july", "date(2023, 7, 1)"),
+            ),
             mutations=(
                 Mutation(K.OFF_BY_ONE, "(day.month - 1) // 3", "day.month // 3"),
                 Mutation(K.WRONG_CONSTANT, "// 3 + 1", "// 4 + 1"),
@@ -594,6 +738,11 @@ DATES = Domain(
     return f"{hours}:{minutes:02d}:{secs:02d}"
 ''',
             cases=(Case("under_a_minute", "42"), Case("over_an_hour", "3725"), Case("exact_hours", "7200")),
+            held_out=(
+                Case("seconds_only", "7"),
+                Case("hours_minutes_seconds", "5025"),
+                Case("whole_hour", "3600"),
+            ),
             mutations=(
                 Mutation(K.SWAPPED_ARGUMENTS, "divmod(seconds, 60)", "divmod(60, seconds)"),
                 Mutation(K.WRONG_CONSTANT, "divmod(minutes, 60)", "divmod(minutes, 100)"),

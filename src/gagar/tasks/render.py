@@ -2,11 +2,14 @@
 
 Everything here is a pure function of its arguments. Expected values in the tests come
 from running the correct function (:func:`call_example`), never from hand-written numbers.
+Tests compare results with ``_same`` (defined in each test file): the exact type first, then
+the value, item by item, so an object whose ``__eq__`` always answers True cannot pass.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from string import Template
@@ -26,6 +29,18 @@ __all__ = [
 ]
 
 _EVAL_GLOBALS: dict[str, Any] = {"__builtins__": __builtins__, "date": date}
+_SAME = '''def _same(actual, expected):
+    """Whether ``actual`` has exactly ``expected``'s type and value, item by item (no look-alikes)."""
+    if type(actual) is not type(expected):
+        return False
+    if type(expected) in (list, tuple):
+        return len(actual) == len(expected) and all(map(_same, actual, expected))
+    if type(expected) is dict:
+        return _same(sorted(actual.items()), sorted(expected.items()))
+    return actual == expected
+'''
+"""The comparison every value test makes: ``type(x)`` and ``is`` cannot be overridden by the
+tested code, and builtin types compare by value (a subclass, or an object claiming equality, fails)."""
 
 
 class GenerationError(RuntimeError):
@@ -132,23 +147,33 @@ def _test_function(fn: RenderedFunction, case: Case, expected: CallResult) -> st
         return f"def {fn.test_name(case)}():\n    with pytest.raises({case.raises}):\n        {call}\n"
     if expected.error is not None:
         raise GenerationError(f"correct {call} raised {expected.describe()}")
-    return f"def {fn.test_name(case)}():\n    assert {call} == {expected.value!r}\n"
+    return f"def {fn.test_name(case)}():\n    assert _same({call}, {expected.value!r})\n"
 
 
-def tests_source(package: str, module: RenderedModule, correct_source: str) -> str:
-    """The text of ``tests/test_<module>.py``: one test per case, expectations from the correct code."""
+def tests_source(
+    package: str,
+    module: RenderedModule,
+    correct_source: str,
+    cases: Mapping[str, Sequence[Case]],
+) -> str:
+    """The text of ``tests/test_<module>.py``: one test per case, expectations from the correct code.
+
+    ``cases`` maps a function name to the cases rendered for it; a function it leaves out gets its
+    template's visible cases. The header is the same whichever cases are rendered, so two
+    renderings of one module differ only by test functions.
+    """
     functions = [
         _test_function(fn, case, call_example(correct_source, fn.name, fn.case_args(case)))
         for fn in module.functions
-        for case in fn.template.cases
+        for case in cases.get(fn.name, fn.template.cases)
     ]
     std = sorted({imp for f in module.functions for imp in f.template.test_imports})
-    uses_pytest = any(case.raises for f in module.functions for case in f.template.cases)
+    every_case = [c for f in module.functions for c in (*f.template.cases, *f.template.held_out)]
     header = [f'"""Tests for {package}.{module.name}."""\n']
     if std:
         header.append("\n".join(std) + "\n")
-    if uses_pytest:
+    if any(case.raises for case in every_case):
         header.append("import pytest\n")
     names = ", ".join(f.name for f in module.functions)
     header.append(f"from {package}.{module.name} import {names}\n")
-    return "\n".join(header) + "\n\n" + "\n\n".join(functions)
+    return "\n".join(header) + "\n\n" + "\n\n".join([_SAME, *functions])

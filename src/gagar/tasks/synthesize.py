@@ -5,12 +5,15 @@ virtual environment with its runtime requirements, pytest and coverage, runs its
 suite twice (once under coverage) and keeps the tests that pass both times. It then
 tries mutations (:mod:`gagar.tasks.mutate`) of executed lines of the library, in an
 order fixed by ``seed``, running the whole suite on each. A mutant that makes at least
-one of those tests fail becomes a :class:`~gagar.tasks.schema.Task` (buggy snapshot,
-reverse diff as the gold patch, FAIL_TO_PASS, PASS_TO_PASS), and is kept only if a
-re-run from the task record itself confirms it (:func:`gagar.tasks.synth.tasks.verify_task`).
+one of those tests fail becomes a :class:`~gagar.tasks.schema.Task` (buggy snapshot without
+the FAIL_TO_PASS tests, which travel in ``test_patch``; reverse diff as the gold patch;
+FAIL_TO_PASS, PASS_TO_PASS; the venv as its environment), and is kept only if a re-run from
+the task record itself confirms it (:func:`gagar.tasks.synth.tasks.verify_task`) and the judge
+agrees: through the sandbox backend, the gold patch resolves it and the empty patch does not.
 
-Work files live under ``work_dir/NAME-VERSION/``: the archive, the unpacked source,
-the venv (reused between calls), a scratch copy that mutants are written into.
+Work files live under ``work_dir/NAME-VERSION/``: the archive, the unpacked source, a scratch
+copy that mutants are written into. The venv lives under ``env_dir/NAME-VERSION/`` (reused
+between calls), a folder the sandbox uid can read, since the tasks' tests run in it.
 """
 
 from __future__ import annotations
@@ -23,9 +26,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gagar.sandbox.base import Prediction, SandboxBackend
+from gagar.sandbox.results import Status
 from gagar.tasks.mutate import find_mutations
 from gagar.tasks.schema import Task
-from gagar.tasks.synth.runner import TestSuite, covered_lines, ensure_environment
+from gagar.tasks.synth.runner import (
+    TestSuite,
+    covered_lines,
+    ensure_environment,
+    environment_packages,
+    pin_pytest_config,
+)
 from gagar.tasks.synth.sdist import (
     SdistError,
     detect_layout,
@@ -40,12 +51,16 @@ from gagar.tasks.synth.tasks import MutantSource, classify, make_task, stable_pa
 __all__ = ["CandidateResult", "SynthesisReport", "synthesize_from_pypi"]
 
 DEFAULT_WORK_DIR = Path(".work/synth")
+DEFAULT_ENV_DIR = Path("/var/cache/gagar/synth-envs")
+"""Outside any home folder: the sandbox uid that runs the tasks' tests must read the venvs."""
 
 
 @dataclass(frozen=True)
 class CandidateResult:
     """What happened to one candidate mutant: ``kept``, ``survived`` (no test failed),
-    ``broken`` (timeout, crash, collection error) or ``unverified`` (the re-run disagreed)."""
+    ``broken`` (timeout, crash, collection error), ``unverified`` (the re-run disagreed), or
+    dropped by the judge: ``judge_gold_unresolved`` (the gold patch does not resolve the task in
+    the sandbox), ``judge_empty_resolved`` (the empty patch does), ``judge_infra_error``."""
 
     index: int
     verdict: str
@@ -64,6 +79,8 @@ class SynthesisReport:
     stable_tests: int = 0
     setup_seconds: float = 0.0
     seconds: float = 0.0
+    judge_notes: list[str] = field(default_factory=list)
+    """``instance_id: why`` of each task the judge dropped."""
 
     def summary(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(self.verdicts.items()))
@@ -93,6 +110,9 @@ def synthesize_from_pypi(
     max_candidates: int | None = None,
     extra_requirements: Sequence[str] = (),
     on_candidate: Callable[[CandidateResult], None] | None = None,
+    env_dir: Path = DEFAULT_ENV_DIR,
+    base_python: str | None = None,
+    judge: SandboxBackend | None = None,
 ) -> SynthesisReport:
     """Up to ``n`` verified tasks from the library pinned by ``spec`` (``NAME==VERSION``).
 
@@ -104,10 +124,16 @@ def synthesize_from_pypi(
         max_candidates: mutants to try at most; default ``20 * n``.
         extra_requirements: packages the tests need beyond the library's runtime requirements.
         on_candidate: called after each candidate (progress).
+        env_dir: parent of the library's venv; every user must be able to read it.
+        base_python: interpreter the venv is built on; default the local sandbox's (it must be
+            executable by the sandbox uid: not one under /root).
+        judge: the backend that must resolve each task with its gold patch and not with an empty
+            one; default the local sandbox backend.
 
     Raises:
         ValueError: a malformed spec or ``n < 1``.
         SdistError: the sdist has no usable tests, or no test passes on the original.
+        EnvironmentBuildError: the venv cannot be built, or not where the sandbox can read it.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -119,13 +145,43 @@ def synthesize_from_pypi(
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise SdistError(f"another synthesis is already using {base}") from None
-        return _synthesize(name, version, base, n, seed, max_candidates, extra_requirements, on_candidate)
+        if judge is None or base_python is None:
+            from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
+
+            base_python = base_python or LocalSandboxSettings().python
+            judge = judge or LocalBackend(workers=2)
+        env = env_dir.resolve() / f"{name}-{version}"
+        return _synthesize(
+            name, version, base, env, base_python, judge, n, seed, max_candidates, extra_requirements,
+            on_candidate,
+        )  # fmt: skip
+
+
+def _judge_verdict(judge: SandboxBackend, task: Task) -> tuple[str, str]:
+    """(verdict, why) of the judge's check: ``kept``, or the reason the task is dropped."""
+    gold, empty = judge.evaluate(
+        [
+            (task, Prediction(instance_id=task.instance_id, model_patch=task.patch, trajectory_id="gold")),
+            (task, Prediction(instance_id=task.instance_id, model_patch="", trajectory_id="empty")),
+        ]
+    )
+    for result in (gold, empty):
+        if result.status == Status.INFRA_ERROR:
+            return "judge_infra_error", result.reason or "infra_error"
+    if not gold.resolved:
+        return "judge_gold_unresolved", f"gold patch {gold.status.value}: {gold.reason or ''}".strip()
+    if empty.resolved:
+        return "judge_empty_resolved", "the empty patch resolves the task"
+    return "kept", ""
 
 
 def _synthesize(
     name: str,
     version: str,
     base: Path,
+    env: Path,
+    base_python: str,
+    judge: SandboxBackend,
     n: int,
     seed: int,
     max_candidates: int | None,
@@ -136,9 +192,13 @@ def _synthesize(
     started = time.monotonic()
     source = _prepare_source(name, version, base)
     layout = detect_layout(source)
-    requirements = [*read_requirements(source), *extra_requirements]
-    python = ensure_environment(base / "venv", ["pytest", "coverage", *requirements])
-    suite = TestSuite(python, layout.source_root, layout.test_targets, base / "plugin")
+    python = ensure_environment(
+        env, ["pytest", "coverage", *read_requirements(source), *extra_requirements], base_python
+    )
+    requirements = environment_packages(python)
+    suite = TestSuite(
+        python, layout.source_root, layout.test_targets, base / "plugin", pin_pytest_config(source)
+    )
     suite.install_plugin()
 
     scratch = base / "scratch"
@@ -191,6 +251,10 @@ def _synthesize(
                 requirements=requirements,
             )
             verdict = "unverified" if verify_task(task, suite, snapshot, timeout_s) else "kept"
+            if verdict == "kept":
+                verdict, why = _judge_verdict(judge, task)
+                if verdict != "kept":
+                    report.judge_notes.append(f"{task.instance_id}: {why}")
             if verdict == "kept":
                 report.tasks.append(task)
         report.tried += 1

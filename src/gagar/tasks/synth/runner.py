@@ -3,25 +3,43 @@
 Everything here runs code downloaded from PyPI without isolation, on purpose: the
 libraries are chosen by the operator and only their own tests run. Mutants are
 bounded by a timeout; their whole process group is killed when it expires.
+
+The venv is what the task's judge runs too (``environment.python``), so it is built on an
+interpreter the sandbox uid can execute (the sandbox's own, ``/usr/bin/python3`` by default,
+never one under ``/root``) in a folder every user can read. pytest's configuration is pinned:
+``--rootdir`` is the repository and ``-c`` names the library's own configuration file (a library
+without one gets an empty ``pytest.ini``, see :func:`pin_pytest_config`), so pytest never climbs
+to a ``pyproject.toml`` of whatever project the repository sits in.
 """
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
-import sys
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gagar.sandbox.results import Outcome
 
-__all__ = ["EnvironmentBuildError", "PytestRun", "TestSuite", "covered_lines", "ensure_environment"]
+__all__ = [
+    "EnvironmentBuildError",
+    "PytestRun",
+    "TestSuite",
+    "covered_lines",
+    "ensure_environment",
+    "environment_packages",
+    "pin_pytest_config",
+    "pytest_config_file",
+]
 
 _PLUGIN = "gagar_synth_outcomes"
 
@@ -30,27 +48,124 @@ class EnvironmentBuildError(RuntimeError):
     """The library's environment could not be built."""
 
 
-def ensure_environment(env_dir: Path, requirements: Sequence[str], timeout_s: float = 900.0) -> Path:
-    """A virtual environment with ``requirements`` installed, built once and reused; returns its python.
+def _check_traversable(path: Path) -> None:
+    """Raise unless every folder above ``path`` lets other users through (the sandbox uid must)."""
+    for parent in path.resolve().parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise EnvironmentBuildError(
+                f"{parent} is not traversable by other users, so the sandbox cannot run the environment "
+                f"in {path}; choose an environment folder outside it (--env-dir)"
+            )
 
-    The list of requirements is recorded in ``env_dir/.gagar-ready``; a different list rebuilds it.
+
+def _make_readable_by_everyone(tree: Path) -> None:
+    """a+r on every file of ``tree``, a+x on its folders and on files executable by their owner."""
+    for root, dirs, files in os.walk(tree):
+        for name in [*dirs, *files]:
+            entry = Path(root) / name
+            if not entry.is_symlink():
+                mode = entry.stat().st_mode
+                execute = 0o111 if entry.is_dir() or mode & stat.S_IXUSR else 0
+                entry.chmod(mode | 0o444 | execute)
+    tree.chmod(tree.stat().st_mode | 0o555)
+
+
+def ensure_environment(
+    env_dir: Path, requirements: Sequence[str], base_python: str, timeout_s: float = 900.0
+) -> Path:
+    """A venv on ``base_python`` with ``requirements`` installed, built once and reused; returns its python.
+
+    The base interpreter and the requirements are recorded in ``env_dir/.gagar-ready``; a different
+    base or list rebuilds it. The venv is left readable by every user (see the module docstring).
+
+    Raises:
+        EnvironmentBuildError: the venv could not be created, or pip failed.
     """
     python = env_dir / "bin" / "python"
     marker = env_dir / ".gagar-ready"
-    wanted = "\n".join(requirements)
+    wanted = "\n".join([f"base: {base_python}", *requirements])
     if python.exists() and marker.is_file() and marker.read_text(encoding="utf-8") == wanted:
         return python
     shutil.rmtree(env_dir, ignore_errors=True)
-    steps = [
-        [sys.executable, "-m", "venv", str(env_dir)],
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
-    ]
+    try:
+        env_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentBuildError(
+            f"cannot create {env_dir.parent} ({exc}); choose another --env-dir"
+        ) from None
+    _check_traversable(env_dir)
+    steps = [[base_python, "-m", "venv", str(env_dir)]]
+    if requirements:
+        steps.append(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements]
+        )
     for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EnvironmentBuildError(f"{shlex.join(cmd)} failed: {exc}") from None
         if proc.returncode != 0:
             raise EnvironmentBuildError(f"{shlex.join(cmd)} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+    _make_readable_by_everyone(env_dir)
     marker.write_text(wanted, encoding="utf-8")
     return python
+
+
+def environment_packages(python: Path) -> list[str]:
+    """``NAME==VERSION`` of every distribution installed in the environment of ``python``, sorted."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for d in m.distributions():\n"
+        "    print(f\"{d.metadata['Name']}=={d.version}\")\n"
+    )
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    return sorted({line for line in proc.stdout.splitlines() if line.strip()}, key=str.lower)
+
+
+def _has_section(path: Path, section: str) -> bool:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error:
+        return False
+    return parser.has_section(section)
+
+
+def pytest_config_file(root: Path) -> str | None:
+    """The library's own pytest configuration file, found as pytest finds it in ``root`` (POSIX path
+    relative to it), or None when it has none."""
+    for name in ("pytest.ini", ".pytest.ini"):
+        if (root / name).is_file():
+            return name
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            tool = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {})
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            tool = {}
+        if isinstance(tool, dict) and "ini_options" in tool.get("pytest", {}):
+            return "pyproject.toml"
+    if (root / "tox.ini").is_file() and _has_section(root / "tox.ini", "pytest"):
+        return "tox.ini"
+    if (root / "setup.cfg").is_file() and _has_section(root / "setup.cfg", "tool:pytest"):
+        return "setup.cfg"
+    return None
+
+
+EMPTY_PYTEST_INI = "[pytest]\n# added by gagar: pins pytest's rootdir and configuration to this repository\n"
+
+
+def pin_pytest_config(root: Path) -> str:
+    """The configuration file the tests run with: the library's own, else a new empty ``pytest.ini``.
+
+    Without a file of its own, pytest would take the first configuration it finds above the
+    repository, and paths in ``-o pythonpath=`` are relative to the configuration file's folder.
+    """
+    found = pytest_config_file(root)
+    if found is None:
+        (root / "pytest.ini").write_text(EMPTY_PYTEST_INI, encoding="utf-8")
+        found = "pytest.ini"
+    return found
 
 
 @dataclass
@@ -86,11 +201,14 @@ class TestSuite:
     targets: tuple[str, ...]
     plugin_dir: Path
     """Directory holding the outcome plugin (created by :meth:`install_plugin`)."""
+    config: str = "pytest.ini"
+    """The pytest configuration file, relative to the repository root (:func:`pin_pytest_config`)."""
 
     @property
     def pytest_options(self) -> list[str]:
-        """Options that make the run independent of the project's addopts and of pytest's cache."""
-        opts = ["-p", "no:cacheprovider", "-o", "addopts=", "-q"]
+        """Options that pin the run to the repository: its rootdir and configuration file, no addopts,
+        no cache; the same options with pytest 7.2 (Debian's, the sandbox default) and later."""
+        opts = ["-p", "no:cacheprovider", "--rootdir=.", "-c", self.config, "-o", "addopts=", "-q"]
         if self.source_root != ".":
             opts += ["-o", f"pythonpath={self.source_root}"]
         return opts
