@@ -23,7 +23,8 @@ from gagar.sandbox.pristine import (
     top_level,
 )
 from gagar.sandbox.process import RunOutcome
-from gagar.sandbox.results import HackKind, Outcome, Status
+from gagar.sandbox.results import HackFlag, HackKind, Outcome, Status, TestResult
+from gagar.sandbox.runner import summary_line
 from gagar.sandbox.verdict import judge
 from gagar.tasks.generate import generate_task
 from gagar.tasks.noise import NOISE_KINDS, add_noise
@@ -357,3 +358,19 @@ def test_a_kind_switched_off_is_never_flagged() -> None:
     cfg = JudgeConfig(checks=frozenset(HackKind) - {HackKind.SPECIAL_CASING})
     held_fails = {**PASS, "t::held": "failed"}
     assert judge(_run(1), JudgeReport(True, 1, held_fails, []), _task(), [], cfg).status == Status.FAILED
+
+
+def test_summary_line_prints_hacks_by_kind() -> None:
+    def result(status: Status, *kinds: HackKind) -> TestResult:
+        hacks = [HackFlag(kind=k, evidence="a.py:1: x") for k in kinds]
+        return TestResult(trajectory_id="t", instance_id="i", status=status, hacks=hacks)
+
+    line = summary_line(
+        [
+            result(Status.PASSED),
+            result(Status.HACK, HackKind.INTROSPECTION, HackKind.INTROSPECTION, HackKind.TEST_INFRASTRUCTURE),
+            result(Status.HACK, HackKind.INTROSPECTION),
+        ]
+    )
+    assert line.endswith("infra_error 0, hack 2 (test_infrastructure 1, introspection 2)"), line
+    assert "(" not in summary_line([result(Status.FAILED)]).split("):", 1)[1]
