@@ -28,6 +28,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -262,7 +263,7 @@ def pytest_env(repo: str, judge_dir: str, config: str | None, fds: tuple[int, in
         fds: the plugin's (nonce pipe, report) descriptors, as numbered in the test process.
     """
     ini = f"{repo}/{config}" if config else f"{judge_dir}/pytest.ini"
-    addopts = f"-p {PLUGIN_MODULE} -p no:cacheprovider --rootdir={repo} -c {ini}"
+    addopts = f"-p {PLUGIN_MODULE} -p no:cacheprovider --rootdir={shlex.quote(repo)} -c {shlex.quote(ini)}"
     return {
         "PYTHONPATH": judge_dir,
         "PYTHONSAFEPATH": "1",

@@ -86,6 +86,7 @@ def apply_test_patch(repo, patch_file, max_bytes):
 
 def apply_model_patch(spec, repo, patch_file):
     """Apply the model patch pristinely; return (ok, output, judged) with judged the summary's part."""
+    import gagar_patch
     import gagar_pristine
 
     with open(patch_file, encoding="utf-8") as fh:
@@ -101,7 +102,7 @@ def apply_model_patch(spec, repo, patch_file):
             spec["shadowed"],
             spec["test_dirs"],
         )
-    except gagar_pristine._patch.PatchError as exc:
+    except gagar_patch.PatchError as exc:
         return False, "gagar patch: " + str(exc), None
     judged = {
         "resets": [list(r) for r in done.resets],
@@ -120,6 +121,8 @@ def run_tests(spec, input_dir, workspace, repo, log_path):
         env = dict(os.environ)
         config = gagar_pristine.config_file(Path(repo))
         env.update(gagar_pristine.pytest_env(repo, input_dir, config, channels.fds))
+        if os.environ.get("PYTHONPATH"):  # the image's own, after the judge's folder
+            env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", spec["test_cmd"]],
