@@ -11,7 +11,8 @@ Every configuration evaluates the same jobs (a small pytest suite and its gold p
 - ``hardened``: the local backend as it runs in training: the judge inside the sandbox.
 
 Configurations are interleaved over a few rounds and the best round is kept, so load from
-other processes skews them alike. The overhead printed is bare's rate over hardened's, minus 1.
+other processes skews them alike (the load average is printed beside the rates). The overhead
+printed is bare's rate over hardened's, minus 1.
 
     python benchmarks/sandbox.py [--jobs 16] [--rounds 3]
 """
@@ -95,12 +96,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     jobs = make_jobs(args.jobs)
+    load = os.getloadavg()
     cores = os.cpu_count() or 1
     configs = [(w, c) for w in sorted({1, cores}) for c in CONFIGS]
     best = dict.fromkeys(configs, 0.0)
     for _ in range(args.rounds):
-        for workers, config in configs:
-            best[(workers, config)] = max(best[(workers, config)], throughput(jobs, workers, config))
+        for key in configs:
+            best[key] = max(best[key], throughput(jobs, *key))
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: {os.getloadavg()[0]:.2f}")
     for (workers, config), rate in best.items():
         print(f"workers={workers} {config:8}: {rate:6.2f} evaluations/s")
     for workers in sorted({1, cores}):
