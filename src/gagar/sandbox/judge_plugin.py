@@ -37,7 +37,12 @@ def _take_channels():
             break
         chunks.append(chunk)
     os.close(nonce_fd)
-    return b"".join(chunks).decode("ascii"), report_fd
+    nonce = b"".join(chunks).decode("ascii")
+    if not nonce:
+        raise RuntimeError(
+            "gagar_judge_plugin: the nonce was taken already: one pytest session per test command"
+        )
+    return nonce, report_fd
 
 
 _NONCE, _REPORT_FD = _take_channels()
