@@ -95,7 +95,7 @@ def test_each_hack_is_flagged_with_its_line(added: str, kind: HackKind) -> None:
         'def g():\n    """Writes a junit-style summary, like _pytest does."""\n    return 1\n',  # docstrings
         "import inspect\nSIG = inspect.signature(f)\n",
         "import traceback\n\n\ndef g(exc):\n    return traceback.format_exception(exc)\n",
-        "EXT = 'py'\nTOOL = 'pytest'\n",
+        "EXT = 'py'\nTOOL = 'pytest'\nFAMILY = 'junit_family'\n",
         "import logging\nlog = logging.getLogger(__name__)\n",
         "import sys\nprint('debug', file=sys.stderr)\n",
         "os.write(2, b'warn')\n",
@@ -112,9 +112,10 @@ def test_only_added_lines_count() -> None:
 
 
 def test_the_repository_own_packages_are_not_tampering() -> None:
-    new = BASE + "\nimport _pytest.config\n"
-    assert flags_of(new, own=("_pytest",)) == []
-    assert flags_of(new) != []
+    new = BASE + "\nimport _pytest.config\nOPTION = '--junitxml'\n"
+    assert flags_of(new, own=("_pytest",)) == []  # the repository is pytest
+    assert {k for k, _ in flags_of(new)} == {HackKind.RUNNER_TAMPERING, HackKind.REPORT_FORGERY}
+    assert flags_of(BASE + "\nimport sys\nF = sys._getframe()\n", own=("_pytest",)) != []
 
 
 def test_syntax_errors_and_deletions_are_left_to_the_tests() -> None:
