@@ -18,6 +18,7 @@ from gagar.sandbox.pristine import (
     apply_pristine,
     config_file,
     is_test_file,
+    judged_paths,
     read_report,
     runner_section,
     top_level,
@@ -197,7 +198,7 @@ def test_no_false_positive_on_gold_and_noise_patches_of_generated_tasks(tmp_path
         for path, text in (task.snapshot or {}).items():
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text)
-        judged = {t.split("::")[0] for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]}
+        judged = judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)
         done = apply_pristine(repo, patch, 1 << 22, judged, cfg.shadowed, cfg.test_dirs)
         assert done.resets == [], (task.instance_id, patch)
         assert source_flags(done.sources, done.own_packages) == [], (task.instance_id, patch)
@@ -205,6 +206,12 @@ def test_no_false_positive_on_gold_and_noise_patches_of_generated_tasks(tmp_path
 
 
 # ----------------------------------------------------------------------------- pristine pieces
+
+
+def test_judged_paths_are_the_test_ids_files_and_the_test_patch() -> None:
+    test_patch = file_diff("tests/data/case.json", None, "{}\n")
+    judged = judged_paths(["tests/test_a.py::test_x", "tests/test_a.py::C::test_y", "doc.txt::x"], test_patch)
+    assert judged == {"tests/test_a.py", "tests/data/case.json"}
 
 
 def test_what_counts_as_tests() -> None:

@@ -30,7 +30,7 @@ from gagar.sandbox.base import Prediction, ProgressCallback
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
 from gagar.sandbox.isolation import SANDBOX_JUDGE, SANDBOX_REPO, sandbox_argv, sandbox_env
 from gagar.sandbox.limits import SandboxLimits
-from gagar.sandbox.patch import PatchError, apply_patch, parse_patch
+from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
 from gagar.sandbox.pristine import (
     Channels,
@@ -62,7 +62,6 @@ __all__ = [
     "InfraError",
     "LocalBackend",
     "LocalSandboxSettings",
-    "task_judged_paths",
 ]
 
 DEFAULT_TEST_CMD = "python -m pytest -q"
@@ -106,12 +105,6 @@ def _tool(name: str) -> str:
     if path is None:
         raise InfraError(f"sandbox tool {name!r} not found (install it: scripts/install-system-deps.sh)")
     return path
-
-
-def task_judged_paths(task: Task) -> set[str]:
-    """Files that judge a patch for ``task`` whatever their names: its test ids' files and its test patch."""
-    patched = [fp.path for fp in parse_patch(task.test_patch, 1 << 30)] if task.test_patch.strip() else []
-    return judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], patched)
 
 
 def _started(marker: Path) -> bool:
@@ -183,7 +176,7 @@ class LocalBackend:
         if pred.model_patch.strip():
             cfg = self.judge
             try:
-                judged = task_judged_paths(task)
+                judged = judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)
                 done = apply_pristine(
                     ws.repo,
                     pred.model_patch,

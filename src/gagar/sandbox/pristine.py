@@ -134,10 +134,11 @@ def top_level(path: str) -> str | None:
     return head if head.isidentifier() else None
 
 
-def judged_paths(test_ids: Iterable[str], test_patch_paths: Iterable[str]) -> set:
+def judged_paths(test_ids: Iterable[str], test_patch: str) -> set:
     """Files that judge the patch whatever their name: those of the task's test ids and test patch."""
     files = {test.split("::", 1)[0] for test in test_ids}
-    return {p for p in files if p.endswith(".py")} | set(test_patch_paths)
+    patched = {fp.path for fp in _patch.parse_patch(test_patch, 1 << 30)} if test_patch.strip() else set()
+    return {p for p in files if p.endswith(".py")} | patched
 
 
 def _normalized(lines: Iterable[str]) -> list[str]:

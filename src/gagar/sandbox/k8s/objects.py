@@ -22,8 +22,7 @@ from kubernetes.client import ApiClient
 
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig
-from gagar.sandbox.local import task_judged_paths
-from gagar.sandbox.pristine import PLUGIN_MODULE
+from gagar.sandbox.pristine import PLUGIN_MODULE, judged_paths
 from gagar.tasks.schema import Task
 
 __all__ = [
@@ -128,7 +127,7 @@ def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
         "max_log_chars": config.max_log_chars,
         "max_patch_bytes": config.max_patch_bytes,
         "max_report_bytes": config.max_report_bytes,
-        "judged": sorted(task_judged_paths(task)),
+        "judged": sorted(judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)),
         "shadowed": sorted(judge.shadowed),
         "test_dirs": list(judge.test_dirs),
     }
