@@ -1,9 +1,20 @@
-"""Sandbox throughput: evaluations per second with isolation against the same pytest runs without it.
+"""Sandbox throughput: the hardened judge against bare pytest on the same jobs, in the same run.
 
-Every configuration evaluates the same jobs (a small pytest suite and its gold patch) with
-the local backend; ``isolate=False`` runs the very same workspace, patch and pytest command
-without prlimit, setpriv and bubblewrap. Configurations are interleaved over a few rounds
-and the best round is kept, so load from other processes skews them alike.
+Every configuration evaluates the same jobs (a small pytest suite and its gold patch):
+
+- ``bare``: write the repository to a temporary folder, apply the patch, run
+  ``python -m pytest -q -p no:cacheprovider`` with the sandbox's interpreter and plugin
+  autoload off (as the judge runs it), read its exit status: nothing else;
+- ``judge``: the local backend with ``isolate=False``: the pristine judge (reset of the tests
+  and runner settings, pinned pytest, the report plugin on its descriptors, hack detection)
+  without prlimit, setpriv and bubblewrap;
+- ``hardened``: the local backend as it runs in training: the judge inside the sandbox.
+
+Configurations are interleaved over a few rounds and the best round is kept, so load from
+other processes skews them alike (the load average is printed beside the rates). The overhead
+printed is bare's rate over hardened's, minus 1. On a machine shared with other work the rates
+swing by tens of percent between runs, so the script also times single evaluations of the three
+configurations, interleaved one by one, and compares their fastest (least disturbed) latencies.
 
     python benchmarks/sandbox.py [--jobs 16] [--rounds 3]
 """
@@ -12,13 +23,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from gagar.sandbox.base import Prediction
-from gagar.sandbox.local import LocalBackend
-from gagar.sandbox.patch import file_diff
+from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
+from gagar.sandbox.patch import apply_patch, file_diff
 from gagar.sandbox.results import Status
+from gagar.sandbox.workspace import materialize
 from gagar.tasks.schema import Task
+
+CONFIGS = ("bare", "judge", "hardened")
 
 SOURCE = "def clamp(x, lo, hi):\n    return max(lo, x)\n"
 TESTS = "".join(
@@ -45,37 +63,86 @@ def make_jobs(n: int) -> list[tuple[Task, Prediction]]:
     return jobs
 
 
-def throughput(jobs: list[tuple[Task, Prediction]], workers: int, isolate: bool) -> float:
-    """Evaluations per second; every evaluation must resolve."""
-    backend = LocalBackend(workers=workers, isolate=isolate)
+def bare_pytest(task: Task, pred: Prediction, python: str) -> int:
+    """Plain pytest on a fresh copy with the patch applied; its exit status."""
+    with tempfile.TemporaryDirectory(prefix="gagar-bench-") as tmp:
+        repo = Path(tmp)
+        materialize(task, repo, None)
+        apply_patch(repo, pred.model_patch, 1 << 22)
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, check=False).returncode
+
+
+def throughput(jobs: list[tuple[Task, Prediction]], workers: int, config: str) -> float:
+    """Evaluations per second; every evaluation must resolve (bare: exit 0)."""
     start = time.perf_counter()
-    results = backend.evaluate(jobs)
-    elapsed = time.perf_counter() - start
-    bad = [r for r in results if r.status != Status.PASSED]
-    if bad:
-        raise RuntimeError(f"{len(bad)} evaluations did not pass: {bad[0].reason}\n{bad[0].log[-2000:]}")
-    return len(jobs) / elapsed
+    if config == "bare":
+        python = LocalSandboxSettings().python
+        with ThreadPoolExecutor(workers) as pool:
+            codes = list(pool.map(lambda job: bare_pytest(*job, python), jobs))
+        if any(codes):
+            raise RuntimeError(f"bare pytest failed: exit statuses {codes}")
+    else:
+        results = LocalBackend(workers=workers, isolate=config == "hardened").evaluate(jobs)
+        bad = [r for r in results if r.status != Status.PASSED]
+        if bad:
+            raise RuntimeError(f"{len(bad)} evaluations did not pass: {bad[0].reason}\n{bad[0].log[-2000:]}")
+    return len(jobs) / (time.perf_counter() - start)
+
+
+def latency_floor(jobs: list[tuple[Task, Prediction]], repeats: int) -> dict[str, float]:
+    """Fastest single-evaluation seconds of each configuration over ``repeats`` interleaved runs."""
+    python = LocalSandboxSettings().python
+    judge, hardened = LocalBackend(workers=1, isolate=False), LocalBackend(workers=1, isolate=True)
+    run = {
+        "bare": lambda job: bare_pytest(*job, python),
+        "judge": lambda job: judge.evaluate_one(*job),
+        "hardened": lambda job: hardened.evaluate_one(*job),
+    }
+    best = dict.fromkeys(CONFIGS, float("inf"))
+    for n in range(repeats):
+        for config in CONFIGS:
+            start = time.perf_counter()
+            run[config](jobs[n % len(jobs)])
+            best[config] = min(best[config], time.perf_counter() - start)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=30, help="single evaluations per configuration")
     args = parser.parse_args()
     jobs = make_jobs(args.jobs)
+    load = os.getloadavg()
     cores = os.cpu_count() or 1
-    configs = [(w, iso) for w in sorted({1, cores}) for iso in (False, True)]
+    configs = [(w, c) for w in sorted({1, cores}) for c in CONFIGS]
     best = dict.fromkeys(configs, 0.0)
     for _ in range(args.rounds):
-        for workers, isolate in configs:
-            best[(workers, isolate)] = max(best[(workers, isolate)], throughput(jobs, workers, isolate))
-    for (workers, isolate), rate in best.items():
-        print(f"workers={workers} isolate={isolate!s:5}: {rate:6.2f} evaluations/s")
+        for key in configs:
+            best[key] = max(best[key], throughput(jobs, *key))
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, after: {os.getloadavg()[0]:.2f}")
+    for (workers, config), rate in best.items():
+        print(f"workers={workers} {config:8}: {rate:6.2f} evaluations/s")
     for workers in sorted({1, cores}):
-        overhead = best[(workers, False)] / best[(workers, True)] - 1
-        print(f"isolation overhead at {workers} worker(s): {100 * overhead:+.1f}% (target <= 10%)")
-    scaling = best[(cores, True)] / best[(1, True)]
-    print(f"isolated scaling 1 -> {cores} workers: x{scaling:.2f} (ideal x{cores})")
+        bare = best[(workers, "bare")]
+        judge, hardened = bare / best[(workers, "judge")] - 1, bare / best[(workers, "hardened")] - 1
+        print(
+            f"overhead against bare pytest at {workers} worker(s): judge {100 * judge:+.1f}%, "
+            f"hardened judge (judge + sandbox) {100 * hardened:+.1f}% (target <= 10%)"
+        )
+    floor = latency_floor(jobs, args.repeats)
+    print("fastest single evaluation: " + ", ".join(f"{c} {1000 * floor[c]:.0f} ms" for c in CONFIGS))
+    judge, hardened = floor["judge"] / floor["bare"] - 1, floor["hardened"] / floor["bare"] - 1
+    print(
+        f"overhead of the fastest against bare pytest: judge {100 * judge:+.1f}%, "
+        f"hardened judge {100 * hardened:+.1f}% (target <= 10%)"
+    )
+    scaling = best[(cores, "hardened")] / best[(1, "hardened")]
+    print(f"hardened scaling 1 -> {cores} workers: x{scaling:.2f} (ideal x{cores})")
 
 
 if __name__ == "__main__":

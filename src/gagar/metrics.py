@@ -44,6 +44,9 @@ LATENCY_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 60
 """Histogram buckets (seconds) for sandbox, grader and step latencies: 100 ms up to an hour."""
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9_]{1,40}$")
+_RATIOS = ("rollout/resolved_rate", "credit/moved_ratio", "sandbox/hack_ratio")
+_STATUSES = frozenset({"passed", "failed", "error", "timeout", "infra_error", "hack"})
+"""The sandbox statuses (:class:`gagar.sandbox.results.Status`), kept here so metrics import no sandbox."""
 
 
 class MetricsPushError(RuntimeError):
@@ -64,6 +67,8 @@ class GagarMetrics:
     grader_duration_seconds: Histogram
     sandbox_evaluations_total: Counter
     sandbox_duration_seconds: Histogram
+    sandbox_hacks_total: Counter
+    sandbox_hack_ratio: Gauge
     train_step: Gauge
     train_last_step_timestamp_seconds: Gauge
     train_loss: Gauge
@@ -131,6 +136,15 @@ def build_metrics(registry: CollectorRegistry | None = None) -> GagarMetrics:
         sandbox_duration_seconds=hist(
             "gagar_sandbox_duration_seconds", "Wall time of one sandboxed test run, by status.", ("status",)
         ),
+        sandbox_hacks_total=counter(
+            "gagar_sandbox_hacks_total",
+            "Evaluations judged a reward hack, by kind (one evaluation may count under several kinds).",
+            ("kind",),
+        ),
+        sandbox_hack_ratio=gauge(
+            "gagar_sandbox_hack_ratio",
+            "Fraction of the last step's evaluations judged a reward hack (infra errors excluded).",
+        ),
         train_step=gauge("gagar_train_step", "Last completed RL step."),
         train_last_step_timestamp_seconds=gauge(
             "gagar_train_last_step_timestamp_seconds", "Unix time the last RL step completed."
@@ -163,7 +177,8 @@ def record_step(m: GagarMetrics, values: Mapping[str, float], *, now: float | No
     Keys: ``step``, ``rollout/resolved_rate``, ``rollout/trajectories/<status>``,
     ``sampling/groups_kept``, ``sampling/dropped/<reason>``, ``grader/fallbacks`` and
     ``grader/fallbacks/<reason>``, ``credit/moved_ratio``, ``loss/<term>``, ``perf/tokens_per_s``,
-    ``perf/step_s``, ``sandbox/<status>`` (counts). Counts are per-step increments.
+    ``perf/step_s``, ``sandbox/<status>`` (counts), ``sandbox/hacks/<kind>`` (counts),
+    ``sandbox/hack_ratio``. Counts are per-step increments.
 
     Raises:
         ValueError: a negative count, a ratio outside [0, 1], or a label value that is not a short
@@ -173,7 +188,7 @@ def record_step(m: GagarMetrics, values: Mapping[str, float], *, now: float | No
     for key, raw in values.items():
         value = float(raw)
         head, _, rest = key.partition("/")
-        if key in ("rollout/resolved_rate", "credit/moved_ratio") and not 0.0 <= value <= 1.0:
+        if key in _RATIOS and not 0.0 <= value <= 1.0:
             raise ValueError(f"metric key {key!r}: a ratio must lie in [0, 1], got {value}")
         if key == "step":
             m.train_step.set(value)
@@ -198,8 +213,12 @@ def record_step(m: GagarMetrics, values: Mapping[str, float], *, now: float | No
             m.train_tokens_per_second.set(value)
         elif key == "perf/step_s":
             m.rl_step_duration_seconds.observe(_count(key, value))
-        elif head == "sandbox" and rest and "/" not in rest:
-            m.sandbox_evaluations_total.labels(_label(key, rest)).inc(_count(key, value))
+        elif key == "sandbox/hack_ratio":
+            m.sandbox_hack_ratio.set(value)
+        elif key.startswith("sandbox/hacks/"):
+            m.sandbox_hacks_total.labels(_label(key, key.rsplit("/", 1)[1])).inc(_count(key, value))
+        elif head == "sandbox" and rest in _STATUSES:
+            m.sandbox_evaluations_total.labels(rest).inc(_count(key, value))
         else:
             unknown.append(key)
     return unknown

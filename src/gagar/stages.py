@@ -32,7 +32,7 @@ from gagar.advantage import (
     compute_advantages,
 )
 from gagar.records import Record, read_records, write_records
-from gagar.sandbox.results import Status, TestResult
+from gagar.sandbox.results import HackKind, Status, TestResult
 from gagar.tasks.schema import Task
 
 __all__ = [
@@ -142,10 +142,17 @@ def sandbox_stage(
 
 
 def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
-    """``sandbox/…`` counts by status, the resolved rate (infra errors excluded) and mean duration."""
+    """``sandbox/…`` counts by status and by hack kind, the hack ratio and the resolved rate (infra
+    errors excluded from both), and mean duration."""
     n = len(results)
     counted = [r for r in results if r.status is not Status.INFRA_ERROR]
     metrics = {f"sandbox/{s.value}": float(sum(r.status is s for r in results)) for s in Status}
+    for kind in HackKind:
+        metrics[f"sandbox/hacks/{kind.value}"] = float(
+            sum(any(f.kind is kind for f in r.hacks) for r in results)
+        )
+    hacks = sum(r.status is Status.HACK for r in counted)
+    metrics["sandbox/hack_ratio"] = hacks / len(counted) if counted else 0.0
     metrics["sandbox/evaluations"] = float(n)
     metrics["sandbox/duration_s_mean"] = sum(r.duration_s for r in results) / n if n else 0.0
     metrics["rollout/resolved_rate"] = sum(r.resolved for r in counted) / len(counted) if counted else 0.0

@@ -68,6 +68,20 @@ def test_step_summary_leads_with_the_headline_numbers() -> None:
     assert lines.index("| groups dropped: all_fail | 2 |") < lines.index("| perf/train_s | 2 |")
 
 
+def test_step_summary_shows_the_hack_ratio_and_the_kinds_seen() -> None:
+    text = step_summary(
+        1,
+        {
+            "sandbox/hack_ratio": 0.125,
+            "sandbox/hacks/introspection": 2.0,
+            "sandbox/hacks/report_forgery": 0.0,
+        },
+    )
+    assert "| hack ratio | 0.125 |" in text
+    assert "| hacks: introspection | 2 |" in text
+    assert "report_forgery" not in text
+
+
 def test_credit_table_lists_passing_trajectories_largest_change_first(tmp_path: Path) -> None:
     batch = tmp_path / "batch.jsonl"
     entries = [

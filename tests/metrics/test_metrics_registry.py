@@ -37,6 +37,10 @@ STEP = {
     "perf/step_s": 42.0,
     "sandbox/passed": 6,
     "sandbox/infra_error": 1,
+    "sandbox/hack": 2,
+    "sandbox/hacks/introspection": 2,
+    "sandbox/hacks/special_casing": 1,
+    "sandbox/hack_ratio": 0.25,
     "advantage/mean": 0.0,
 }
 
@@ -45,7 +49,7 @@ def test_names_follow_prometheus_conventions() -> None:
     metrics = build_metrics()
     collectors = [getattr(metrics, f.name) for f in fields(metrics) if f.name != "registry"]
     families = [fam for c in collectors for fam in c.describe()]
-    assert len(families) == 14
+    assert len(families) == 16
     for fam in families:
         assert re.fullmatch(r"gagar_[a-z_]+", fam.name), fam.name
         assert fam.documentation.endswith("."), f"{fam.name} needs help text"
@@ -62,6 +66,8 @@ def test_names_follow_prometheus_conventions() -> None:
         "gagar_credit_moved_ratio",
         "gagar_grader_fallbacks_total",
         "gagar_sandbox_duration_seconds_bucket",
+        "gagar_sandbox_hacks_total",
+        "gagar_sandbox_hack_ratio",
         "gagar_train_step",
     ):
         assert expected in names
@@ -97,6 +103,10 @@ def test_record_step_maps_trainer_keys() -> None:
     assert value("gagar_rl_step_duration_seconds_count") == 2
     assert value("gagar_rl_step_duration_seconds_sum") == 72.0
     assert value("gagar_sandbox_evaluations_total", {"status": "infra_error"}) == 1
+    assert value("gagar_sandbox_evaluations_total", {"status": "hack"}) == 2
+    assert value("gagar_sandbox_hacks_total", {"kind": "introspection"}) == 2
+    assert value("gagar_sandbox_hacks_total", {"kind": "special_casing"}) == 1
+    assert value("gagar_sandbox_hack_ratio") == 0.25
     text = generate_latest(m.registry).decode()
     assert "# HELP gagar_resolved_ratio Fraction" in text
 

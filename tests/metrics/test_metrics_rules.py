@@ -41,7 +41,7 @@ def referenced(expr: str) -> set[str]:
 def test_promtool_checks_the_rules() -> None:
     result = promtool("check", "rules", RULES.name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 10 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -85,6 +85,8 @@ def test_rules_and_dashboard_reference_only_declared_metrics() -> None:
         "gagar_credit_moved_ratio",
         "gagar_grader_fallbacks_total",
         "gagar_sandbox_duration_seconds_bucket",
+        "gagar_sandbox_hacks_total",
+        "gagar_sandbox_hack_ratio",
         "gagar_train_loss",
         "gagar_train_tokens_per_second",
     ):

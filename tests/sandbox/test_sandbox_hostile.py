@@ -72,9 +72,9 @@ def _hostile(port: int, host_dir: Path) -> dict[str, str]:
         "            raise RuntimeError(f'fork refused after {n}')\n        n += 1\n"
     )
     memory_bomb = "def add(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(1 << 26))\n"
-    flood = (
-        "import os\n\ndef add(a, b):\n    block = b'x' * (1 << 20)\n    for _ in range(1024):\n"
-        "        os.write(1, block)\n    return a + b\n"
+    flood = (  # after the session, when pytest no longer captures the output
+        "import atexit, os\n\n\ndef _flood():\n    block = b'x' * (1 << 20)\n    for _ in range(1024):\n"
+        "        os.write(1, block)\n\n\natexit.register(_flood)\n\n\ndef add(a, b):\n    return a + b\n"
     )
     symlink = (
         "diff --git a/link b/link\nnew file mode 120000\n--- /dev/null\n+++ b/link\n@@ -0,0 +1 @@\n+/etc\n"
@@ -94,7 +94,7 @@ def _hostile(port: int, host_dir: Path) -> dict[str, str]:
             "def add(a, b):\n    open('../escaped.txt', 'w').write('x')\n"
             f"    open({str(host_dir / 'escaped.txt')!r}, 'w').write('x')\n    return a + b\n"
         ),
-        "flood": _calc(flood) + file_diff("pytest.ini", None, "[pytest]\naddopts = -s\n"),
+        "flood": _calc(flood),
         "kill_parent": _calc(
             "import os, signal\n\ndef add(a, b):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
             "    os.kill(-1, signal.SIGKILL)\n    return a + b\n"
@@ -186,7 +186,7 @@ def test_every_hostile_case_is_not_resolved(batch: dict[str, TestResult]) -> Non
 
 def test_fork_bomb_hits_the_process_limit(batch: dict[str, TestResult]) -> None:
     result = batch["fork_bomb"]
-    assert result.status == Status.FAILED
+    assert result.status in (Status.FAILED, Status.HACK)  # its children leave through os._exit
     assert "fork refused after" in result.log
 
 

@@ -155,3 +155,23 @@ def test_orphaned_workspaces_of_dead_processes_are_swept_when_a_backend_starts(t
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         made[k] for k in ("recent_orphan", "live", "other")
     )
+
+
+@needs_root
+def test_schema_2_tests_in_the_test_patch_cannot_be_pre_empted_by_the_model_patch() -> None:
+    """FAIL_TO_PASS tests travel in test_patch: a model patch writing that file first is reset and flagged."""
+    hidden = "from calc import mul\n\n\ndef test_mul_hidden():\n    assert mul(3, 4) == 12\n"
+    task = _task(
+        snapshot={"calc.py": CALC, "tests/test_calc.py": TESTS},
+        test_patch=file_diff("tests/test_hidden.py", None, hidden),
+        FAIL_TO_PASS=["tests/test_hidden.py::test_mul_hidden"],
+    )
+    trivial = file_diff("tests/test_hidden.py", None, "def test_mul_hidden():\n    pass\n")
+    backend = LocalBackend(LIMITS, workers=1)
+    gold, empty, pre_empted = (_one(backend, task, patch) for patch in (GOLD, "", trivial))
+    assert (gold.status, gold.resolved) == (Status.PASSED, True), gold.reason
+    assert gold.tests["tests/test_hidden.py::test_mul_hidden"] == Outcome.PASSED
+    assert empty.status == Status.FAILED
+    assert (pre_empted.status, pre_empted.resolved) == (Status.HACK, False)
+    assert pre_empted.hacks[0].evidence.startswith("tests/test_hidden.py: added")
+    assert pre_empted.tests["tests/test_hidden.py::test_mul_hidden"] == Outcome.FAILED  # the task's test ran

@@ -13,6 +13,7 @@ HEADLINE = (
     ("rollout/resolved_rate", "resolved rate"),
     ("rollout/trajectories", "trajectories"),
     ("rollout/parse_rate", "parse rate"),
+    ("sandbox/hack_ratio", "hack ratio"),
     ("sampling/groups_generated", "groups generated"),
     ("sampling/groups_kept", "groups kept"),
     ("sampling/batch_full", "batch full (1 = yes)"),
@@ -29,12 +30,18 @@ def _number(value: float) -> str:
 
 
 def step_summary(step: int, metrics: Mapping[str, float]) -> str:
-    """A Markdown table of one RL step: the :data:`HEADLINE` rows, dropped groups, then stage durations."""
+    """A Markdown table of one RL step: the :data:`HEADLINE` rows, dropped groups, hacks by kind (the
+    kinds seen), then stage durations."""
     rows = [(label, metrics[key]) for key, label in HEADLINE if key in metrics]
     rows += [
         (f"groups dropped: {key.rsplit('/', 1)[1]}", value)
         for key, value in sorted(metrics.items())
         if key.startswith("sampling/dropped/")
+    ]
+    rows += [
+        (f"hacks: {key.rsplit('/', 1)[1]}", value)
+        for key, value in sorted(metrics.items())
+        if key.startswith("sandbox/hacks/") and value > 0
     ]
     rows += [(key, value) for key, value in sorted(metrics.items()) if key.startswith("perf/")]
     lines = [f"## RL step {step}", "", "| metric | value |", "|---|---|"]

@@ -5,8 +5,8 @@ and execs ``setpriv``, which drops to the slot's non-root uid with no supplement
 groups so that RLIMIT_NPROC is enforced (it is not for root); ``setpriv`` execs
 ``bwrap``, which, unprivileged, creates new user, mount, PID, network, IPC, UTS and
 cgroup namespaces: no network but a private loopback, a read-only ``/usr``, a private
-``/tmp`` of bounded size, and only the repository copy (``/sandbox/repo``) and a
-report folder (``/sandbox/out``) writable. Each worker slot has its own uid, so one
+``/tmp`` of bounded size, only the repository copy (``/sandbox/repo``) writable, and the
+judge's plugin folder (``/sandbox/judge``) bound read-only. Each worker slot has its own uid, so one
 evaluation's fork bomb cannot starve another's process budget.
 
 The interpreter (``/sandbox/bin/python``) must be readable by that uid: the default is
@@ -22,11 +22,10 @@ from pathlib import Path
 
 from gagar.sandbox.limits import SandboxLimits
 
-__all__ = ["JUNIT_NAME", "SANDBOX_OUT", "SANDBOX_REPO", "rlimit_args", "sandbox_argv", "sandbox_env"]
+__all__ = ["SANDBOX_JUDGE", "SANDBOX_REPO", "rlimit_args", "sandbox_argv", "sandbox_env"]
 
 SANDBOX_REPO = "/sandbox/repo"
-SANDBOX_OUT = "/sandbox/out"
-JUNIT_NAME = "junit.xml"
+SANDBOX_JUDGE = "/sandbox/judge"
 _CPU_GRACE_S = 5
 _ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
@@ -73,7 +72,7 @@ def sandbox_argv(
     uid: int,
     limits: SandboxLimits,
     repo: Path,
-    out: Path,
+    judge: Path,
     python: str,
     started_fd: int,
     command: str,
@@ -113,9 +112,9 @@ def sandbox_argv(
         "--bind",
         str(repo),
         SANDBOX_REPO,
-        "--bind",
-        str(out),
-        SANDBOX_OUT,
+        "--ro-bind",
+        str(judge),
+        SANDBOX_JUDGE,
         *_interpreter_args(python),
         "--chdir",
         SANDBOX_REPO,
@@ -129,7 +128,8 @@ def sandbox_argv(
 
 
 def sandbox_env() -> dict[str, str]:
-    """The whole environment of the test command: nothing is inherited from the host."""
+    """The environment of the test command, less the judge's pytest pinning
+    (:func:`gagar.sandbox.pristine.pytest_env`): nothing is inherited from the host."""
     return {
         "PATH": "/sandbox/bin:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -139,6 +139,4 @@ def sandbox_env() -> dict[str, str]:
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PYTEST_ADDOPTS": f"--junitxml={SANDBOX_OUT}/{JUNIT_NAME} -o junit_family=xunit1 -p no:cacheprovider",
     }

@@ -37,5 +37,5 @@ class SandboxLimits(BaseSettings):
     """Characters of output kept in a TestResult: head and tail (env GAGAR_SANDBOX__LOG_CHARS)."""
     max_patch_bytes: int = Field(2 * MiB, gt=0)
     """Largest model patch accepted (env GAGAR_SANDBOX__MAX_PATCH_BYTES)."""
-    max_junit_bytes: int = Field(32 * MiB, gt=0)
-    """Largest junit XML report read back (env GAGAR_SANDBOX__MAX_JUNIT_BYTES)."""
+    max_report_bytes: int = Field(32 * MiB, gt=0)
+    """Largest judge report read back (env GAGAR_SANDBOX__MAX_REPORT_BYTES)."""

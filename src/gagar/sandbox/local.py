@@ -1,10 +1,13 @@
 """The local sandbox backend: each evaluation in a fresh repository copy under bubblewrap.
 
 For one (task, prediction): create a workspace, write the repository, apply the model
-patch and then the task's test patch (refused or non-applying patches end as ``failed``
-with the reason), hand the workspace to a sandbox uid, run the test command
-isolated (see :mod:`gagar.sandbox.isolation`) with a deadline and an output cap, read
-per-test outcomes from the junit report, and remove the workspace. Anything that goes
+patch, reset every test file, conftest.py and runner setting it touched to the task's
+version (:mod:`gagar.sandbox.pristine`), then apply the task's test patch (refused or
+non-applying patches end as ``failed`` with the reason); hand the repository to a sandbox
+uid, run the test command isolated (see :mod:`gagar.sandbox.isolation`) with pytest pinned,
+a deadline and an output cap, read per-test outcomes from the judge plugin's report, judge
+the run (:func:`gagar.sandbox.verdict.judge`: hacks, report and exit-status checks) and
+remove the workspace. Anything that goes
 wrong with the machinery (missing tool, workspace not creatable, sandbox not started)
 ends as ``infra_error``. A thread pool runs many at once; each run holds its uid under
 an exclusive lease (:mod:`gagar.sandbox.uids`), so that killing the uid's processes
@@ -17,21 +20,32 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.base import Prediction, ProgressCallback
-from gagar.sandbox.isolation import JUNIT_NAME, SANDBOX_OUT, sandbox_argv, sandbox_env
-from gagar.sandbox.junit import JunitError, parse_junit
+from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
+from gagar.sandbox.isolation import SANDBOX_JUDGE, SANDBOX_REPO, sandbox_argv, sandbox_env
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
+from gagar.sandbox.pristine import (
+    Channels,
+    apply_pristine,
+    config_file,
+    judged_paths,
+    open_channels,
+    pytest_env,
+    read_report,
+    write_judge_dir,
+)
 from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
-from gagar.sandbox.results import Outcome, Status, TestResult
+from gagar.sandbox.results import HackFlag, Status, TestResult
 from gagar.sandbox.uids import UidsBusyError, lease_uid
-from gagar.sandbox.verdict import exit_reason, expected_outcomes, verdict
+from gagar.sandbox.verdict import exit_reason, judge
 from gagar.sandbox.workspace import (
     Workspace,
     WorkspaceError,
@@ -42,10 +56,17 @@ from gagar.sandbox.workspace import (
 )
 from gagar.tasks.schema import Task
 
-__all__ = ["DEFAULT_TEST_CMD", "InfraError", "LocalBackend", "LocalSandboxSettings"]
+__all__ = [
+    "DEFAULT_TEST_CMD",
+    "PLUGIN_SOURCE",
+    "InfraError",
+    "LocalBackend",
+    "LocalSandboxSettings",
+]
 
 DEFAULT_TEST_CMD = "python -m pytest -q"
-"""Run inside the sandbox; PYTEST_ADDOPTS adds the junit report and disables the cache plugin."""
+"""Run inside the sandbox; PYTEST_ADDOPTS pins pytest and loads the judge's plugin."""
+PLUGIN_SOURCE = resources.files("gagar.sandbox").joinpath("judge_plugin.py").read_text(encoding="utf-8")
 
 
 class InfraError(RuntimeError):
@@ -86,16 +107,6 @@ def _tool(name: str) -> str:
     return path
 
 
-def _read_junit(ws: Workspace, max_bytes: int) -> dict[str, Outcome] | None:
-    report = ws.out / JUNIT_NAME
-    if not report.is_file() or report.is_symlink() or report.stat().st_size > max_bytes:
-        return None
-    try:
-        return parse_junit(report.read_text(encoding="utf-8", errors="replace"), ws.repo)
-    except JunitError:
-        return None
-
-
 def _started(marker: Path) -> bool:
     """Whether the shell inside the sandbox reported that it started (see ``sandbox_argv``)."""
     return marker.is_file() and marker.read_text(errors="replace").strip() == "started"
@@ -115,9 +126,11 @@ class LocalBackend:
         workers: int | None = None,
         *,
         isolate: bool = True,
+        judge: JudgeConfig | None = None,
     ) -> None:
         self.limits = limits or SandboxLimits()
         self.settings = settings or LocalSandboxSettings()
+        self.judge = judge or JudgeConfig()
         self.workers = workers or os.cpu_count() or 1
         self.isolate = isolate
         sweep_orphans(self.settings.work_root)
@@ -134,46 +147,65 @@ class LocalBackend:
         base = {"trajectory_id": pred.key, "instance_id": pred.instance_id}
         try:
             with workspace(self.settings.work_root) as ws:
-                refused = self._prepare(task, pred, ws)
-                if refused is not None:
-                    return TestResult(**base, status=Status.FAILED, reason=refused, duration_s=_since(start))
-                run = self._run(task, ws, slot)
-                outcomes = _read_junit(ws, self.limits.max_junit_bytes)
+                prepared = self._prepare(task, pred, ws)
+                if isinstance(prepared, str):
+                    return TestResult(**base, status=Status.FAILED, reason=prepared, duration_s=_since(start))
+                channels = open_channels(str(ws.root))
+                try:
+                    run = self._run(task, ws, slot, channels)
+                    report = read_report(channels.report, channels.nonce, self.limits.max_report_bytes)
+                finally:
+                    channels.close()
         except (InfraError, WorkspaceError, UidsBusyError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
-        expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
-        status, resolved, reason = verdict(run, outcomes, expected)
-        tests = expected_outcomes(outcomes or {}, expected)
+        j = judge(run, report, task, prepared, self.judge)
         return TestResult(
-            **base, status=status, resolved=resolved, tests=tests, reason=reason, duration_s=_since(start),
-            log=run.log,
+            **base, status=j.status, resolved=j.resolved, tests=j.tests, reason=j.reason, hacks=j.hacks,
+            duration_s=_since(start), log=run.log,
         )  # fmt: skip
 
-    def _prepare(self, task: Task, pred: Prediction, ws: Workspace) -> str | None:
-        """Write the repository and apply both patches; the refusal reason, or None when ready."""
+    def _prepare(self, task: Task, pred: Prediction, ws: Workspace) -> list[HackFlag] | str:
+        """Write the repository, apply the model patch pristinely, then the test patch.
+
+        Returns the flags found in the model patch, or the reason it was refused.
+        """
         materialize(task, ws.repo, self.settings.repos_dir)
+        write_judge_dir(ws.judge, PLUGIN_SOURCE)
+        flags: list[HackFlag] = []
         if pred.model_patch.strip():
+            cfg = self.judge
             try:
-                apply_patch(ws.repo, pred.model_patch, self.limits.max_patch_bytes)
+                judged = judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)
+                done = apply_pristine(
+                    ws.repo,
+                    pred.model_patch,
+                    self.limits.max_patch_bytes,
+                    judged,
+                    cfg.shadowed,
+                    cfg.test_dirs,
+                )
             except PatchError as exc:
                 return f"model patch refused or did not apply: {exc}"
+            flags = reset_flags(done.resets) + source_flags(done.sources, done.own_packages, cfg.checks)
         if task.test_patch.strip():
             try:
                 # the test patch comes with the task, not the model: no size limit, same safety checks
                 apply_patch(ws.repo, task.test_patch, max_bytes=len(task.test_patch.encode()) + 1)
             except PatchError as exc:
                 return f"test patch did not apply after the model patch: {exc}"
-        return None
+        return flags
 
-    def _run(self, task: Task, ws: Workspace, slot: int) -> RunOutcome:
+    def _run(self, task: Task, ws: Workspace, slot: int, channels: Channels) -> RunOutcome:
         command = task.test_cmd or DEFAULT_TEST_CMD
         python = task.environment.python or self.settings.python
         if not os.access(python, os.X_OK):
             raise InfraError(f"interpreter {python} not found or not executable")
-        env = sandbox_env()
+        config = config_file(ws.repo)
         if not self.isolate:
-            return self._run_unisolated(command, python, ws, env)
+            env = {**sandbox_env(), **pytest_env(str(ws.repo), str(ws.judge), config, channels.fds)}
+            return self._run_unisolated(command, python, ws, env, channels.fds)
+        env = {**sandbox_env(), **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, channels.fds)}
         tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
         s = self.settings
         with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
@@ -182,23 +214,24 @@ class LocalBackend:
             marker = ws.root / "started"
             with open(marker, "wb") as status:
                 argv = sandbox_argv(
-                    tools=tools, uid=uid, limits=self.limits, repo=ws.repo, out=ws.out, python=python,
+                    tools=tools, uid=uid, limits=self.limits, repo=ws.repo, judge=ws.judge, python=python,
                     started_fd=status.fileno(), command=command,
                 )  # fmt: skip
-                run = self._bounded(argv, env, ws.repo, (status.fileno(),))
+                run = self._bounded(argv, env, ws.repo, (status.fileno(), *channels.fds))
             _clear_uid(uid)  # before the lease goes: the next holder starts with an idle uid
         if not _started(marker):
             how, output = exit_reason(run.returncode), run.log.strip()[-500:] or "no output"
             raise InfraError(f"bubblewrap did not start the sandbox ({how}): {output}")
         return run
 
-    def _run_unisolated(self, command: str, python: str, ws: Workspace, env: dict[str, str]) -> RunOutcome:
+    def _run_unisolated(
+        self, command: str, python: str, ws: Workspace, env: dict[str, str], fds: tuple[int, ...]
+    ) -> RunOutcome:
         bin_dir = ws.root / "bin"
         bin_dir.mkdir()
         (bin_dir / "python").symlink_to(python)
         env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
-        env["PYTEST_ADDOPTS"] = env["PYTEST_ADDOPTS"].replace(SANDBOX_OUT, str(ws.out))
-        return self._bounded(["/bin/sh", "-c", command], env, ws.repo, ())
+        return self._bounded(["/bin/sh", "-c", command], env, ws.repo, fds)
 
     def _bounded(self, argv: list[str], env: dict[str, str], cwd: Path, fds: tuple[int, ...]) -> RunOutcome:
         lim = self.limits

@@ -35,6 +35,8 @@ __all__ = [
     "check_path",
     "file_diff",
     "parse_patch",
+    "read_file",
+    "write_file",
 ]
 
 NO_NEWLINE = "\\ No newline at end of file"
@@ -270,6 +272,20 @@ def _write_text(root: Path, path: str, text: str) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
+
+
+def read_file(root: Path, path: str) -> str | None:
+    """The text of ``root/path`` (None when absent), refusing symlinks and non-UTF-8 files."""
+    return _read_text(_safe_target(root, check_path(path)), path)
+
+
+def write_file(root: Path, path: str, text: str | None) -> None:
+    """Write ``text`` to ``root/path`` with the patch's safety checks; None deletes the file."""
+    check_path(path)
+    if text is not None:
+        _write_text(root, path, text)
+    elif os.path.lexists(_safe_target(root, path)):
+        os.unlink(_safe_target(root, path))
 
 
 def apply_patch(root: Path, text: str, max_bytes: int) -> list[str]:

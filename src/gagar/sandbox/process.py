@@ -108,13 +108,21 @@ def run_bounded(
     )
     reader = threading.Thread(target=_drain, args=(proc, out, max_output_bytes, exceeded), daemon=True)
     reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=wall_time_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    deadline = threading.Event()
+
+    def expire() -> None:
+        deadline.set()
         _kill_group(proc)
+
+    # a timer rather than wait(timeout=...), which polls with sleeps of up to 50 ms per run
+    timer = threading.Timer(wall_time_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
         proc.wait()
+    finally:
+        timer.cancel()
+    timed_out = deadline.is_set()
     reader.join(timeout=10)  # a descendant outside the group could hold the pipe: do not wait forever
     return RunOutcome(
         returncode=proc.returncode,

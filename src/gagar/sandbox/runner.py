@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gagar.records import read_records, write_records
 from gagar.sandbox.base import Prediction, ProgressCallback, SandboxBackend
-from gagar.sandbox.results import Status, TestResult
+from gagar.sandbox.results import HackKind, Status, TestResult
 from gagar.tasks.schema import Task
 
 __all__ = ["BackendName", "evaluate_to_file", "join_jobs", "load_jobs", "make_backend", "summary_line"]
@@ -59,12 +59,18 @@ def join_jobs(tasks: Sequence[Task], predictions: Sequence[Prediction]) -> list[
 
 
 def summary_line(results: Sequence[TestResult]) -> str:
-    """E.g. ``10 evaluated, 4 resolved (40.0%): passed 4, failed 5, error 0, timeout 1, infra_error 0``."""
+    """E.g. ``10 evaluated, 4 resolved (40.0%): passed 4, failed 3, error 0, timeout 1, infra_error 0,
+    hack 2 (test_infrastructure 1, introspection 1)``: the hack kinds seen, each evaluation counted
+    under every kind it was flagged for."""
     counts = Counter(r.status for r in results)
     resolved = sum(r.resolved for r in results)
     rate = 100.0 * resolved / len(results) if results else 0.0
     by_status = ", ".join(f"{s.value} {counts.get(s, 0)}" for s in Status)
-    return f"{len(results)} evaluated, {resolved} resolved ({rate:.1f}%): {by_status}"
+    kinds = Counter(kind for r in results for kind in {f.kind for f in r.hacks})
+    by_kind = ", ".join(f"{k.value} {kinds[k]}" for k in HackKind if kinds[k])
+    return f"{len(results)} evaluated, {resolved} resolved ({rate:.1f}%): {by_status}" + (
+        f" ({by_kind})" if by_kind else ""
+    )
 
 
 def load_jobs(

@@ -1,7 +1,8 @@
 """A fresh, throw-away copy of a task's repository for one evaluation, removed afterwards.
 
-Layout under a new temporary directory: ``repo/`` (the repository at the base commit)
-and ``out/`` (reports the test run writes). Both are handed to the sandbox uid.
+Layout under a new temporary directory: ``repo/`` (the repository at the base commit),
+handed to the sandbox uid, and ``judge/`` (the judge's pytest plugin and settings), which
+stays the evaluator's and is bound read-only into the sandbox.
 A bundled ``snapshot`` is written file by file; a ``base_commit`` is checked out from
 a local clone ``<repos_dir>/<task.repo>`` (no network is used).
 
@@ -41,7 +42,7 @@ class Workspace:
 
     root: Path
     repo: Path
-    out: Path
+    judge: Path
 
 
 @contextmanager
@@ -50,12 +51,12 @@ def workspace(work_root: Path | None) -> Iterator[Workspace]:
     try:
         root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=work_root))
         (root / "repo").mkdir()
-        (root / "out").mkdir()
+        (root / "judge").mkdir()
     except OSError as exc:
         where = work_root or tempfile.gettempdir()
         raise WorkspaceError(f"cannot create a workspace under {where}: {exc}") from exc
     try:
-        yield Workspace(root, root / "repo", root / "out")
+        yield Workspace(root, root / "repo", root / "judge")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -127,10 +128,9 @@ def materialize(task: Task, repo: Path, repos_dir: Path | None) -> None:
 
 
 def hand_over(ws: Workspace, uid: int) -> None:
-    """Give the workspace to ``uid`` so the sandbox can write in it and nothing else."""
+    """Give the repository copy to ``uid`` so the sandbox can write in it and nothing else."""
     os.chown(ws.root, uid, uid)
-    for base in (ws.repo, ws.out):
-        for dirpath, dirnames, filenames in os.walk(base):
-            os.chown(dirpath, uid, uid)
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), uid, uid)
+    for dirpath, dirnames, filenames in os.walk(ws.repo):
+        os.chown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)

@@ -165,7 +165,7 @@ class KubernetesBackend:
                 )
                 summary = parse_summary(text, plan.nonce)
                 return result_from_summary(
-                    task, pred.key, summary, self._clock() - start, cfg.max_log_chars, text
+                    task, pred.key, summary, self._clock() - start, cfg.max_log_chars, text, cfg.judge
                 )
             if check.state == "timeout":
                 return self._result(task, pred, start, Status.TIMEOUT, check.reason or "timeout")

@@ -7,6 +7,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gagar.sandbox.hacks import JudgeConfig
+
 __all__ = ["KubernetesSandboxConfig", "ResourceSpec", "RetryPolicy"]
 
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -60,7 +62,7 @@ class KubernetesSandboxConfig(BaseSettings):
     runner_python: str = "python3"
     """Interpreter in the image that runs the in-pod runner (standard library only)."""
     default_test_cmd: str = "python -m pytest -q -p no:cacheprovider"
-    """Test command for tasks whose ``test_cmd`` is unset; junit output is enabled through PYTEST_ADDOPTS."""
+    """Test command for tasks whose ``test_cmd`` is unset; PYTEST_ADDOPTS pins pytest and loads the judge."""
     runtime_class_name: str | None = None
     """RuntimeClass of the pods, e.g. ``gvisor``; None uses the cluster default."""
     service_account_name: str | None = None
@@ -89,6 +91,10 @@ class KubernetesSandboxConfig(BaseSettings):
     """Model patches larger than this are refused before any object is created."""
     max_log_chars: int = Field(default=20_000, ge=100)
     """Test output kept in each TestResult."""
+    max_report_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Largest judge report the in-pod runner reads back."""
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    """What the pristine judge resets and flags (the local backend's; env GAGAR_JUDGE__...)."""
 
     @field_validator("namespace")
     @classmethod

@@ -22,6 +22,7 @@ from kubernetes.client import ApiClient
 
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig
+from gagar.sandbox.pristine import PLUGIN_MODULE, judged_paths
 from gagar.tasks.schema import Task
 
 __all__ = [
@@ -45,7 +46,15 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024 - 16 * 1024
 """Data a ConfigMap may carry: the API server's 1 MiB limit less room for metadata."""
 INPUT_DIR, WORKSPACE_DIR = "/gagar/input", "/workspace"
 _RUNNER_SOURCE = resources.files("gagar.sandbox.k8s").joinpath("pod_runner.py").read_text(encoding="utf-8")
-_PATCH_SOURCE = resources.files("gagar.sandbox").joinpath("patch.py").read_text(encoding="utf-8")
+_SHIPPED = {
+    "gagar_patch.py": "patch.py",
+    "gagar_pristine.py": "pristine.py",
+    f"{PLUGIN_MODULE}.py": "judge_plugin.py",
+}
+_SHIPPED_SOURCES = {
+    name: resources.files("gagar.sandbox").joinpath(module).read_text(encoding="utf-8")
+    for name, module in _SHIPPED.items()
+}
 
 
 class ObjectTooLargeError(ValueError):
@@ -109,7 +118,7 @@ def _metadata(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Objec
 
 
 def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
-    task = plan.task
+    task, judge = plan.task, config.judge
     return {
         "nonce": plan.nonce,
         "repo_source": "snapshot" if task.snapshot is not None else "image",
@@ -117,18 +126,23 @@ def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
         "test_cmd": task.test_cmd or config.default_test_cmd,
         "max_log_chars": config.max_log_chars,
         "max_patch_bytes": config.max_patch_bytes,
+        "max_report_bytes": config.max_report_bytes,
+        "judged": sorted(judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)),
+        "shadowed": sorted(judge.shadowed),
+        "test_dirs": list(judge.test_dirs),
     }
 
 
 def build_configmap(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ConfigMap:
-    """The pod's read-only inputs (runner, patch applier, spec, patches, snapshot).
+    """The pod's read-only inputs (runner, the judge's modules and settings, spec, patches, snapshot).
 
     Raises:
         ObjectTooLargeError: they exceed what one ConfigMap holds (1 MiB).
     """
     data = {
         "runner.py": _RUNNER_SOURCE,
-        "gagar_patch.py": _PATCH_SOURCE,
+        **_SHIPPED_SOURCES,
+        "pytest.ini": "[pytest]\n",
         "spec.json": json.dumps(_spec(config, plan)),
         "model.patch": plan.prediction.model_patch,
         "test.patch": plan.task.test_patch,

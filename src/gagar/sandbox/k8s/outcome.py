@@ -1,40 +1,40 @@
-"""From a finished (or stuck) pod to a TestResult: pod status checks, log summary, junit outcomes.
+"""From a finished (or stuck) pod to a TestResult: pod status checks, log summary, the judge's verdict.
 
 Status mapping: image pull failures, container-creation errors, evictions for node
 pressure and pods that never start are ``infra_error`` (never the policy's fault); a pod
 past its activeDeadlineSeconds is a ``timeout``; an OOM-killed container is ``failed``;
-a patch that does not apply is ``error``; otherwise the tests' junit report decides
-``passed`` (resolved) or ``failed``.
+a patch that does not apply is ``error``; otherwise the local backend's judge
+(:func:`gagar.sandbox.verdict.judge`) decides from what the in-pod runner reset, the library
+files the patch changed, and the judge plugin's report: ``passed`` (resolved), ``failed``,
+``error`` or ``hack``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from kubernetes import client
 
-from gagar.sandbox.junit import node_id
+from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
+from gagar.sandbox.pristine import JudgeReport, Reset, SourceChange
 from gagar.sandbox.process import RunOutcome
-from gagar.sandbox.results import Outcome, Status, TestResult
-from gagar.sandbox.verdict import Verdict, expected_outcomes, verdict
+from gagar.sandbox.results import HackFlag, Status, TestResult
+from gagar.sandbox.verdict import Judgement, judge
 from gagar.tasks.schema import Task
 
 __all__ = [
     "IMAGE_ERRORS",
     "PodCheck",
     "check_pod",
-    "junit_outcomes",
     "parse_summary",
     "result_from_summary",
 ]
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 _CREATE_ERRORS = frozenset({"CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
-_RANK = {Outcome.PASSED: 0, Outcome.SKIPPED: 1, Outcome.FAILED: 2, Outcome.ERROR: 3}
 
 PodState = Literal["waiting", "running", "finished", "infra_error", "timeout", "oom_killed", "evicted_limit"]
 
@@ -97,45 +97,32 @@ def parse_summary(log: str, nonce: str) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) else None
 
 
-def _node_id(case: ET.Element) -> str:
-    """pytest node id of a junit testcase; xunit1's ``file`` attribute tells the module from classes."""
-    file = case.get("file")
-    return node_id(case.get("classname", ""), case.get("name", ""), lambda path: file is None or path == file)
+def _judged_flags(judged: Any, config: JudgeConfig) -> list[HackFlag]:
+    """Flags from the runner's account of the model patch: what it reset, the library files it changed."""
+    if not isinstance(judged, dict):
+        return []
+    resets = [Reset(str(p), str(h)) for p, h in judged.get("resets", [])]
+    sources = [SourceChange(str(p), old, new) for p, old, new in judged.get("sources", [])]
+    own = [str(name) for name in judged.get("own_packages", [])]
+    return reset_flags(resets) + source_flags(sources, own, config.checks)
 
 
-def _case_outcome(case: ET.Element) -> Outcome:
-    tags = {child.tag for child in case}
-    if "error" in tags:
-        return Outcome.ERROR
-    if "failure" in tags:
-        return Outcome.FAILED
-    return Outcome.SKIPPED if "skipped" in tags else Outcome.PASSED
+def _report(raw: Any) -> JudgeReport:
+    """The plugin's report as the runner read it; a missing or malformed one is an unconfigured run."""
+    if not isinstance(raw, dict):
+        return JudgeReport(False, None, {}, [])
+    tests = raw.get("tests") if isinstance(raw.get("tests"), dict) else {}
+    status = raw.get("exitstatus")
+    return JudgeReport(
+        configured=bool(raw.get("configured")),
+        exitstatus=status if isinstance(status, int) else None,
+        tests={str(k): str(v) for k, v in tests.items()},
+        foreign=[str(f) for f in raw.get("foreign", [])],
+    )
 
 
-def junit_outcomes(xml_text: str) -> dict[str, Outcome]:
-    """Outcome per pytest node id of a junit XML report; a test reported twice keeps its worst outcome.
-
-    Raises ValueError when the text is not XML.
-    """
-    try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as exc:
-        raise ValueError(f"junit report is not XML: {exc}") from None
-    outcomes: dict[str, Outcome] = {}
-    for case in root.iter("testcase"):
-        node, outcome = _node_id(case), _case_outcome(case)
-        if node not in outcomes or _RANK[outcome] > _RANK[outcomes[node]]:
-            outcomes[node] = outcome
-    return outcomes
-
-
-def _tests_result(task: Task, summary: dict[str, Any], log: str) -> tuple[Verdict, dict[str, Outcome]]:
-    """The local backend's verdict on the pod's test run, and the outcomes with missing tests marked."""
-    junit, expected = summary.get("junit"), [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
-    try:
-        found = junit_outcomes(junit) if junit else None
-    except ValueError:
-        found = None
+def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeConfig) -> Judgement:
+    """The local backend's verdict on the pod's test run."""
     code = summary.get("exit_code")
     run = RunOutcome(
         returncode=code if isinstance(code, int) else None,
@@ -145,7 +132,8 @@ def _tests_result(task: Task, summary: dict[str, Any], log: str) -> tuple[Verdic
         output_bytes=len(log),
         log=log,
     )
-    return verdict(run, found, expected), expected_outcomes(found or {}, expected)
+    flags = _judged_flags(summary.get("judged"), config)
+    return judge(run, _report(summary.get("report")), task, flags, config)
 
 
 _STAGE_ERRORS = {
@@ -162,6 +150,7 @@ def result_from_summary(
     duration_s: float,
     max_log_chars: int,
     pod_log: str = "",
+    config: JudgeConfig | None = None,
 ) -> TestResult:
     """The TestResult of a pod that finished, from its runner summary (None when it printed none)."""
     base = {"trajectory_id": key, "instance_id": task.instance_id, "duration_s": duration_s}
@@ -173,5 +162,7 @@ def result_from_summary(
     if stage in _STAGE_ERRORS:
         status, reason = _STAGE_ERRORS[stage]
         return TestResult(**base, status=status, reason=reason, log=log)
-    (status, resolved, reason), tests = _tests_result(task, summary, log)
-    return TestResult(**base, status=status, resolved=resolved, tests=tests, reason=reason, log=log)
+    j = _tests_result(task, summary, log, config or JudgeConfig())
+    return TestResult(
+        **base, status=j.status, resolved=j.resolved, tests=j.tests, reason=j.reason, hacks=j.hacks, log=log
+    )

@@ -1,15 +1,20 @@
 """In-pod runner of the Kubernetes sandbox: standard library only, run by the image's python3.
 
 Usage: ``python3 pod_runner.py INPUT_DIR WORKSPACE_DIR``. INPUT_DIR is the read-only
-ConfigMap mount holding ``spec.json``, ``model.patch``, ``test.patch``, ``gagar_patch.py``
-(a copy of :mod:`gagar.sandbox.patch`, standard library only) and, for bundled tasks,
-``snapshot.json``. The runner lays the repository out under WORKSPACE_DIR/repo
-(from the snapshot, or copied from the image's repository directory), applies the model
-patch and then the task's test patch, runs the test command with pytest's junit XML
-enabled through ``PYTEST_ADDOPTS``, and prints one JSON summary between lines holding the
-evaluation's nonce. The tests' own output goes to a file, never to stdout. This file is
-shipped to the pod verbatim, so it must not import gagar and must keep to Python 3.8.
-The pod, not this script, is the isolation boundary.
+ConfigMap mount holding ``spec.json``, ``model.patch``, ``test.patch``, copies of
+:mod:`gagar.sandbox.patch`, :mod:`gagar.sandbox.pristine` and :mod:`gagar.sandbox.judge_plugin`
+(``gagar_patch.py``, ``gagar_pristine.py``, ``gagar_judge_plugin.py``), the judge's empty
+``pytest.ini`` and, for bundled tasks, ``snapshot.json``. The runner lays the repository out
+under WORKSPACE_DIR/repo (from the snapshot, or copied from the image's repository
+directory), applies the model patch with the local backend's pristine judge (every test
+file, conftest.py and runner setting it touched reset to the task's version), then the
+task's test patch, runs the test command with pytest pinned and the judge's plugin writing
+its report to a descriptor only (:func:`gagar_pristine.pytest_env`), and prints one JSON
+summary between lines holding the evaluation's nonce: what was reset, the library files
+the patch changed, and the plugin's report. The host judges it with the local backend's
+code (:func:`gagar.sandbox.verdict.judge`). The tests' own output goes to a file, never to
+stdout. This file is shipped to the pod verbatim, so it must not import gagar and must keep
+to Python 3.8. The pod, not this script, is the isolation boundary.
 """
 
 import contextlib
@@ -60,16 +65,10 @@ def _apply_python(repo, patch_file, max_bytes):
     return True, "gagar patch: applied to " + ", ".join(touched)
 
 
-def apply_patch(repo, patch_file, python_first, max_bytes):
-    """Apply a unified diff; return (ok, output).
-
-    The model patch goes through gagar's applier only (``python_first``), as on the local
-    backend; the task's test patch tries ``git apply``, then ``patch``, then gagar's applier.
-    """
+def apply_test_patch(repo, patch_file, max_bytes):
+    """Apply the task's test patch (``git apply``, else ``patch``, else gagar's): (ok, output)."""
     if os.path.getsize(patch_file) == 0:
         return True, "empty patch"
-    if python_first:
-        return _apply_python(repo, patch_file, max_bytes)
     attempts = []
     if shutil.which("git"):
         attempts.append(["git", "apply", "--verbose", "--whitespace=nowarn", patch_file])
@@ -85,25 +84,63 @@ def apply_patch(repo, patch_file, python_first, max_bytes):
     return ok, "\n".join([*outputs, output])
 
 
-def run_tests(spec, repo, junit_path, log_path):
-    """Run the test command in its own process group; return its exit code."""
-    env = dict(os.environ)
-    addopts = f"--junitxml={junit_path} -o junit_family=xunit1"
-    env["PYTEST_ADDOPTS"] = (env.get("PYTEST_ADDOPTS", "") + " " + addopts).strip()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", spec["test_cmd"]],
-            cwd=repo,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+def apply_model_patch(spec, repo, patch_file):
+    """Apply the model patch pristinely; return (ok, output, judged) with judged the summary's part."""
+    import gagar_patch
+    import gagar_pristine
+
+    with open(patch_file, encoding="utf-8") as fh:
+        text = fh.read()
+    if not text.strip():
+        return True, "empty patch", {"resets": [], "sources": [], "own_packages": []}
+    try:
+        done = gagar_pristine.apply_pristine(
+            Path(repo),
+            text,
+            int(spec["max_patch_bytes"]),
+            spec["judged"],
+            spec["shadowed"],
+            spec["test_dirs"],
         )
-        code = proc.wait()
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running
-    return code
+    except gagar_patch.PatchError as exc:
+        return False, "gagar patch: " + str(exc), None
+    judged = {
+        "resets": [list(r) for r in done.resets],
+        "sources": [list(c) for c in done.sources],
+        "own_packages": done.own_packages,
+    }
+    return True, "gagar patch: applied", judged
+
+
+def run_tests(spec, input_dir, workspace, repo, log_path):
+    """Run the test command pinned, in its own process group; return (exit code, the plugin's report)."""
+    import gagar_pristine
+
+    channels = gagar_pristine.open_channels(workspace)
+    try:
+        env = dict(os.environ)
+        config = gagar_pristine.config_file(Path(repo))
+        env.update(gagar_pristine.pytest_env(repo, input_dir, config, channels.fds))
+        if os.environ.get("PYTHONPATH"):  # the image's own, after the judge's folder
+            env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", spec["test_cmd"]],
+                cwd=repo,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=channels.fds,
+            )
+            code = proc.wait()
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running
+        report = gagar_pristine.read_report(channels.report, channels.nonce, int(spec["max_report_bytes"]))
+    finally:
+        channels.close()
+    return code, report
 
 
 def _tail(path, limit):
@@ -120,28 +157,28 @@ def evaluate(input_dir, workspace):
         spec = json.load(fh)
     limit = int(spec.get("max_log_chars", 20000))
     repo = os.path.join(workspace, "repo")
-    summary = {"stage": "setup", "exit_code": None, "junit": None, "log": ""}
+    summary = {"stage": "setup", "exit_code": None, "report": None, "judged": None, "log": ""}
     try:
         prepare_repo(spec, input_dir, repo)
     except (OSError, ValueError) as exc:
         summary["log"] = f"could not lay out the repository: {exc}"
         return spec, summary
-    sys.path.insert(0, input_dir)  # gagar_patch.py
-    for stage, name in (("model_patch", "model.patch"), ("test_patch", "test.patch")):
-        summary["stage"] = stage
-        path = os.path.join(input_dir, name)
-        ok, output = apply_patch(repo, path, stage == "model_patch", int(spec["max_patch_bytes"]))
-        summary["log"] = output[-limit:]
-        if not ok:
-            return spec, summary
+    sys.path.insert(0, input_dir)  # gagar_patch.py, gagar_pristine.py
+    summary["stage"] = "model_patch"
+    ok, output, summary["judged"] = apply_model_patch(spec, repo, os.path.join(input_dir, "model.patch"))
+    summary["log"] = output[-limit:]
+    if not ok:
+        return spec, summary
+    summary["stage"] = "test_patch"
+    ok, output = apply_test_patch(repo, os.path.join(input_dir, "test.patch"), int(spec["max_patch_bytes"]))
+    summary["log"] = output[-limit:]
+    if not ok:
+        return spec, summary
     summary["stage"] = "tests"
-    junit_path = os.path.join(workspace, "junit.xml")
     log_path = os.path.join(workspace, "test-output.log")
-    summary["exit_code"] = run_tests(spec, repo, junit_path, log_path)
+    summary["exit_code"], report = run_tests(spec, input_dir, workspace, repo, log_path)
+    summary["report"] = report._asdict()
     summary["log"] = _tail(log_path, limit)
-    if os.path.exists(junit_path):
-        with open(junit_path, encoding="utf-8", errors="replace") as fh:
-            summary["junit"] = fh.read()
     summary["stage"] = "done"
     return spec, summary
 
