@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,47 @@ def test_schema_2_tests_in_the_test_patch_cannot_be_pre_empted_by_the_model_patc
     assert (pre_empted.status, pre_empted.resolved) == (Status.HACK, False)
     assert pre_empted.hacks[0].evidence.startswith("tests/test_hidden.py: added")
     assert pre_empted.tests["tests/test_hidden.py::test_mul_hidden"] == Outcome.FAILED  # the task's test ran
+
+
+@pytest.fixture(scope="module")
+def venv_with_a_package() -> Iterator[Path]:
+    """A venv on Debian's python3 (pytest from its system site-packages) holding a module that
+    exists nowhere else, in a folder the sandbox uid can read."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gagar-venv-test-", dir="/var/tmp"))
+    try:
+        root.chmod(0o755)
+        venv = root / "env"
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv)], check=True)
+        purelib = subprocess.run(
+            [str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        (Path(purelib) / "only_in_the_venv.py").write_text("FACTOR = 6\n")
+        for path in [root, *root.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o555 if path.is_dir() else path.stat().st_mode | 0o444)
+        yield venv
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@needs_root
+@pytest.mark.parametrize("isolate", [True, False])
+def test_a_task_runs_in_the_venv_it_was_verified_in(venv_with_a_package: Path, isolate: bool) -> None:
+    tests = (
+        "from calc import mul\nfrom only_in_the_venv import FACTOR\n\n\n"
+        "def test_mul():\n    assert mul(2, 3) == FACTOR\n"
+    )
+    task = _task(
+        snapshot={"calc.py": CALC, "tests/test_calc.py": tests},
+        PASS_TO_PASS=[],
+        environment={"python": str(venv_with_a_package / "bin/python")},
+    )
+    assert _one(LocalBackend(LIMITS, workers=1, isolate=isolate), task).status == Status.PASSED
+    bare = _one(
+        LocalBackend(LIMITS, workers=1, isolate=isolate), _task(snapshot=task.snapshot, PASS_TO_PASS=[])
+    )
+    assert bare.status != Status.PASSED  # the module exists only in the venv

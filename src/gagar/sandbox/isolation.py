@@ -22,7 +22,7 @@ from pathlib import Path
 
 from gagar.sandbox.limits import SandboxLimits
 
-__all__ = ["SANDBOX_JUDGE", "SANDBOX_REPO", "rlimit_args", "sandbox_argv", "sandbox_env"]
+__all__ = ["SANDBOX_JUDGE", "SANDBOX_REPO", "rlimit_args", "sandbox_argv", "sandbox_env", "venv_of"]
 
 SANDBOX_REPO = "/sandbox/repo"
 SANDBOX_JUDGE = "/sandbox/judge"
@@ -54,13 +54,38 @@ def _root_dir_args() -> list[str]:
     return args
 
 
+def venv_of(python: str) -> Path | None:
+    """The virtual environment ``python`` belongs to (its ``pyvenv.cfg`` beside ``bin/``), or None."""
+    root = Path(python).absolute().parent.parent
+    return root if (root / "pyvenv.cfg").is_file() else None
+
+
+def _venv_home(venv: Path) -> Path | None:
+    """The base interpreter's folder a venv names (``home = ...`` in its pyvenv.cfg)."""
+    for line in (venv / "pyvenv.cfg").read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home" and value.strip():
+            return Path(value.strip())
+    return None
+
+
 def _interpreter_args(python: str) -> list[str]:
-    """Bind the interpreter's prefix when it lives outside /usr, and expose it as /sandbox/bin/python."""
+    """Bind the interpreter's prefix when it lives outside /usr, and expose it as /sandbox/bin/python.
+
+    A venv's interpreter is bound with its venv (and its base interpreter's prefix), and the
+    venv's ``bin`` goes first on PATH (:func:`sandbox_env`): Python finds ``pyvenv.cfg`` only
+    beside the path it was started by, so a link from /sandbox/bin would run the bare base.
+    """
     real = Path(python).resolve()
+    prefixes = [real.parent.parent]
+    if (venv := venv_of(python)) is not None:
+        prefixes.append(venv)
+        if (home := _venv_home(venv)) is not None:
+            prefixes.append(home.parent)
     args: list[str] = []
-    if not str(real).startswith("/usr/"):
-        prefix = str(real.parent.parent)
-        args += ["--ro-bind", prefix, prefix]
+    for prefix in dict.fromkeys(prefixes):
+        if not str(prefix).startswith("/usr/") and str(prefix) != "/usr":
+            args += ["--ro-bind", str(prefix), str(prefix)]
     for name in ("python", "python3"):
         args += ["--symlink", str(real), f"/sandbox/bin/{name}"]
     return args
@@ -127,11 +152,18 @@ def sandbox_argv(
     ]
 
 
-def sandbox_env() -> dict[str, str]:
+def sandbox_env(python: str | None = None) -> dict[str, str]:
     """The environment of the test command, less the judge's pytest pinning
-    (:func:`gagar.sandbox.pristine.pytest_env`): nothing is inherited from the host."""
+    (:func:`gagar.sandbox.pristine.pytest_env`): nothing is inherited from the host.
+
+    When ``python`` is a venv's interpreter, the venv's ``bin`` comes first on PATH, so that
+    ``python -m pytest`` runs in the environment the task was verified in.
+    """
+    path = "/sandbox/bin:/usr/local/bin:/usr/bin:/bin"
+    if python is not None and (venv := venv_of(python)) is not None:
+        path = f"{venv / 'bin'}:{path}"
     return {
-        "PATH": "/sandbox/bin:/usr/local/bin:/usr/bin:/bin",
+        "PATH": path,
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "USER": "sandbox",

@@ -28,7 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.base import Prediction, ProgressCallback
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
-from gagar.sandbox.isolation import SANDBOX_JUDGE, SANDBOX_REPO, sandbox_argv, sandbox_env
+from gagar.sandbox.isolation import SANDBOX_JUDGE, SANDBOX_REPO, sandbox_argv, sandbox_env, venv_of
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
@@ -203,9 +203,9 @@ class LocalBackend:
             raise InfraError(f"interpreter {python} not found or not executable")
         config = config_file(ws.repo)
         if not self.isolate:
-            env = {**sandbox_env(), **pytest_env(str(ws.repo), str(ws.judge), config, channels.fds)}
+            env = {**sandbox_env(python), **pytest_env(str(ws.repo), str(ws.judge), config, channels.fds)}
             return self._run_unisolated(command, python, ws, env, channels.fds)
-        env = {**sandbox_env(), **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, channels.fds)}
+        env = {**sandbox_env(python), **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, channels.fds)}
         tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
         s = self.settings
         with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
@@ -227,10 +227,11 @@ class LocalBackend:
     def _run_unisolated(
         self, command: str, python: str, ws: Workspace, env: dict[str, str], fds: tuple[int, ...]
     ) -> RunOutcome:
-        bin_dir = ws.root / "bin"
-        bin_dir.mkdir()
-        (bin_dir / "python").symlink_to(python)
-        env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
+        if venv_of(python) is None:  # a venv's bin is already first on PATH (sandbox_env)
+            bin_dir = ws.root / "bin"
+            bin_dir.mkdir()
+            (bin_dir / "python").symlink_to(python)
+            env = {**env, "PATH": f"{bin_dir}:{env['PATH']}"}
         return self._bounded(["/bin/sh", "-c", command], env, ws.repo, fds)
 
     def _bounded(self, argv: list[str], env: dict[str, str], cwd: Path, fds: tuple[int, ...]) -> RunOutcome:
