@@ -10,6 +10,11 @@ run follows the same loss curve as an uninterrupted one. The result is saved in 
 
 Each batch holds demonstrations of similar length (:func:`batch_indices`), so little compute goes to
 padding; :func:`sft_loss` says why the prompt tokens carry a loss too.
+
+A pretrained ``init_policy`` (``gagar models install``'s folder, docs/models.md) is fine-tuned with
+:meth:`SFTConfig.fine_tune`'s settings, by default a LoRA adapter that is merged into the base when
+the run ends (the adapter alone is kept in ``sft_adapter/``); its own tokenizer and chat template
+render the prompts.
 """
 
 from __future__ import annotations
