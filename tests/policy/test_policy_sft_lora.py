@@ -84,3 +84,19 @@ def test_the_cli_takes_lora_options_for_a_pretrained_base(tiny_policy, tasks, tm
     refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "q"), "--lora-rank", "2"])
     assert refused.exit_code != 0
     assert "--init-policy" in refused.output
+
+
+def test_a_folder_with_a_stale_gguf_quantization_entry_loads_as_plain_weights(tiny_policy, tmp_path) -> None:
+    import json
+    import shutil
+
+    from gagar.policy.model import save_policy
+
+    folder = tmp_path / "hand-converted"
+    shutil.copytree(tiny_policy, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gguf", "gguf_file": "m.gguf", "dequantize": False}
+    (folder / "config.json").write_text(json.dumps(config))
+    model, tokenizer = load_policy(folder)
+    save_policy(model, tokenizer, tmp_path / "saved")  # refused while the GGUF quantizer is attached
+    assert "quantization_config" not in json.loads((tmp_path / "saved" / "config.json").read_text())
