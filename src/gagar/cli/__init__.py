@@ -5,7 +5,19 @@ from __future__ import annotations
 import typer
 
 from gagar import __version__
-from gagar.cli import advantages, experiment, grader, pipeline, policy, run, runs, sandbox, serve, tasks
+from gagar.cli import (
+    advantages,
+    experiment,
+    grader,
+    models,
+    pipeline,
+    policy,
+    run,
+    runs,
+    sandbox,
+    serve,
+    tasks,
+)
 from gagar.cli.synthesize import synthesize
 from gagar.cli.train import train
 
@@ -50,6 +62,7 @@ app.command("schedule")(run.schedule)
 app.add_typer(runs.app, name="runs")
 app.add_typer(serve.app, name="serve")
 app.add_typer(experiment.app, name="experiment")
+app.add_typer(models.app, name="models")
 
 
 def main() -> None:

@@ -36,7 +36,21 @@ def sft(
         None,
         help="Share of demonstrations with unnecessary modifications (default from SFTConfig.noise_share).",
     ),
-    init_policy: Path | None = typer.Option(None, help="A Hugging Face checkpoint to fine-tune instead."),
+    init_policy: Path | None = typer.Option(
+        None,
+        exists=True,
+        file_okay=False,
+        help="A Hugging Face folder to fine-tune instead (e.g. `gagar models install`'s); its defaults are "
+        "PRETRAINED_DEFAULTS': LoRA, lr 1e-3, no prompt loss.",
+    ),
+    lora: bool | None = typer.Option(
+        None, "--lora/--full", help="With --init-policy: train a LoRA adapter (default) or every weight."
+    ),
+    lora_rank: int | None = typer.Option(None, min=1, help="LoRA rank (default 16)."),
+    lora_alpha: float | None = typer.Option(None, help="LoRA alpha (default 32)."),
+    lora_targets: str | None = typer.Option(
+        None, help="Comma-separated module names the adapter wraps (default: attention and MLP projections)."
+    ),
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
     threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
@@ -52,9 +66,23 @@ def sft(
         "lr": lr,
         "noise_share": noise_share,
         "num_threads": threads,
-        "init_policy": str(init_policy) if init_policy else None,
     }
-    config = SFTConfig(seed=seed, **{k: v for k, v in given.items() if v is not None})
+    chosen = {k: v for k, v in given.items() if v is not None}
+    lora_given = {
+        "enabled": lora,
+        "rank": lora_rank,
+        "alpha": lora_alpha,
+        "target_modules": lora_targets.split(",") if lora_targets else None,
+    }
+    lora_given = {k: v for k, v in lora_given.items() if v is not None}
+    if init_policy is None:
+        if lora_given:
+            raise typer.BadParameter("LoRA options fine-tune a pretrained model", param_hint="--init-policy")
+        config = SFTConfig(seed=seed, **chosen)
+    else:
+        preset = SFTConfig.fine_tune(str(init_policy))
+        chosen["lora"] = preset.lora.model_copy(update=lora_given)
+        config = SFTConfig.fine_tune(str(init_policy), seed=seed, **chosen)
     result = train_sft(read_records(tasks, Task), out, config, resume=resume)
     typer.echo(
         f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy; "

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedTokenizerBase,
@@ -93,6 +94,13 @@ def load_policy(
             f"{path}: not a Hugging Face model directory (no config.json) nor a LoRA adapter directory"
         )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    config = AutoConfig.from_pretrained(path)
+    quantization = getattr(config, "quantization_config", None)
+    if isinstance(quantization, dict) and quantization.get("quant_method") == "gguf":
+        # A GGUF converted by hand (from_config of the GGUF-loaded config) keeps this entry although its
+        # safetensors are plain; left in, transformers attaches a GGUF quantizer and every later
+        # save_pretrained of the model (SFT's result, RL checkpoints) is refused.
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype).to(device)
     model.eval()
     return model, tokenizer
