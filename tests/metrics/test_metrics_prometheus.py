@@ -55,7 +55,7 @@ def test_prometheus_scrapes_the_server_endpoint(stack: Stack) -> None:
     record_step(
         stack.server_metrics, {"step": 7, "rollout/resolved_rate": 0.4375, "sampling/dropped/all_pass": 3}
     )
-    stack.server_metrics.sandbox_duration_seconds.labels("passed").observe(95.0)
+    stack.server_metrics["gagar_sandbox_duration_seconds"].labels("passed").observe(95.0)
     query = 'gagar_resolved_ratio{job="gagar-server"}'
     wait_until(lambda: scraped_value(stack.prometheus, query) == 0.4375, SCRAPE_WAIT_S, f"{query} == 0.4375")
     assert scraped_value(stack.prometheus, 'gagar_groups_dropped_total{reason="all_pass"}') == 3

@@ -32,7 +32,10 @@ from typing import Any
 
 from gagar import stages
 from gagar.advantage import Estimator, GenerationBatch, assemble_batch
-from gagar.records import atomic_write_text
+from gagar.grader.grade import Grade
+from gagar.metrics import step_observations
+from gagar.records import atomic_write_text, read_records
+from gagar.sandbox.results import TestResult
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
 from gagar.train.lora import adapter_updates, adapter_version, prune_adapters, publish_adapter
@@ -56,6 +59,8 @@ class Trainer:
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
         self._served_adapter: str | None = None
         """The adapter this trainer last made the policy server load (server rollouts)."""
+        self._observations: dict[int, dict[str, list[float]]] = {}
+        """Histogram samples of each step not yet published (per sandbox run, per graded group)."""
 
     # ----------------------------------------------------------------------------- the loop
 
@@ -227,7 +232,8 @@ class Trainer:
         metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
         if server:
             metrics["policy_version"] = version
-        metrics.update(self._rollout_summary(rollout_metrics, results))
+        every_result = [r for path in results for r in read_records(path, TestResult)]
+        metrics.update(self._rollout_summary(rollout_metrics, every_result))
         grades = None
         if c.advantage.algo is Estimator.GAGAR:
             grades = step_dir / "grades.jsonl"
@@ -247,6 +253,8 @@ class Trainer:
                     )
                 )
             shutil.rmtree(step_dir / "workspace", ignore_errors=True)
+        graded = [g.duration_s for g in read_records(grades, Grade)] if grades is not None else []
+        self._observations[step] = step_observations(every_result, graded)
         with _timed(timings, "perf/redistribute_s"):
             metrics.update(
                 stages.redistribute_stage(
@@ -291,12 +299,8 @@ class Trainer:
         return metrics
 
     @staticmethod
-    def _rollout_summary(per_batch: list[dict[str, float]], results: list[Path]) -> dict[str, float]:
-        from gagar.records import read_records
-        from gagar.sandbox.results import TestResult
-
-        every = [r for path in results for r in read_records(path, TestResult)]
-        summary = stages.sandbox_metrics(every)
+    def _rollout_summary(per_batch: list[dict[str, float]], results: list[TestResult]) -> dict[str, float]:
+        summary = stages.sandbox_metrics(results)
         n = sum(m["rollout/trajectories"] for m in per_batch)
         summary["rollout/trajectories"] = n
         for key in ("rollout/parse_rate", "rollout/response_tokens_mean"):
@@ -314,7 +318,7 @@ class Trainer:
             from gagar.metrics import push_step, record_step
 
             numbers = {k: v for k, v in metrics.items() if isinstance(v, float | int)}
-            record_step(self._prometheus, numbers)
+            record_step(self._prometheus, numbers, self._observations.pop(step, {}))
             push_step(url, self.config.metrics.job, self._prometheus.registry, {"run": self.run_dir.name})
 
     @functools.cached_property
