@@ -29,7 +29,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from gagar.sandbox.results import Status, TestResult
+from gagar.schema.result import Status, TestResult
 
 __all__ = [
     "LATENCY_BUCKETS_S",

@@ -31,12 +31,12 @@ from gagar.advantage import (
     assemble_batch,
     compute_advantages,
 )
-from gagar.records import Record, read_records, write_records
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.records import read_records, write_records
+from gagar.schema.batch import BatchEntry
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = [
-    "BatchEntry",
     "generation_batch",
     "grade_stage",
     "redistribute_stage",
@@ -82,7 +82,7 @@ def rollout_stage(
 ) -> dict[str, float]:
     """Sample ``group_size`` answers for each of ``groups`` tasks and write them as trajectories."""
     from gagar.policy.rollout import make_backend, rollout
-    from gagar.policy.trajectory import SamplingParams
+    from gagar.schema.trajectory import SamplingParams
     from gagar.tasks.loaders import load_tasks
 
     chosen = select_tasks(load_tasks(tasks), groups, seed=seed, step=step, gen_batch=gen_batch)
@@ -164,7 +164,7 @@ def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
 
 def generation_batch(trajectories: PathLike, results: PathLike) -> tuple[list[str], GenerationBatch]:
     """Trajectory ids and the :class:`GenerationBatch` of one generation batch's files."""
-    from gagar.policy.trajectory import Trajectory
+    from gagar.schema.trajectory import Trajectory
 
     trajs = read_records(trajectories, Trajectory)
     by_id = {r.trajectory_id: r for r in read_records(results, TestResult)}
@@ -204,18 +204,6 @@ def _load_batches(
     return [generation_batch(t, r) for t, r in zip(trajectories, results, strict=True)]
 
 
-class BatchEntry(Record):
-    """One trajectory of the train batch with the advantage the update will use."""
-
-    trajectory_id: str
-    group_id: str
-    gen_batch: int
-    reward: float
-    advantage: float
-    grpo_advantage: float
-    rank: float | None = None
-
-
 # --------------------------------------------------------------------------- grade
 
 
@@ -238,7 +226,7 @@ def grade_stage(
     falls back to ties for that group (exactly GRPO) and the fallback is counted.
     """
     from gagar.grader.run import grade_groups, make_grader
-    from gagar.policy.trajectory import Trajectory
+    from gagar.schema.trajectory import Trajectory
 
     trajs = [t for path in trajectories for t in read_records(path, Trajectory)]
     outcome = {r.trajectory_id: r for path in results for r in read_records(path, TestResult)}
@@ -271,7 +259,7 @@ def redistribute_stage(
     norm_std: bool = True,
 ) -> dict[str, float]:
     """Dynamic sampling over the generation batches, then GRPO or GAGAR advantages of what it keeps."""
-    from gagar.grader.grade import Grade, ranks_for, scores_for
+    from gagar.schema.grade import Grade, ranks_for, scores_for
 
     batches = _load_batches(trajectories, results)
     kept, metrics = _keep(batches, train_batch_groups)

@@ -11,10 +11,10 @@ from grader_fixtures import CANDIDATES, task
 from typer.testing import CliRunner
 
 from gagar.cli.grader import app, grade
-from gagar.grader.grade import Grade
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records, write_records
-from gagar.sandbox.results import Status, TestResult
+from gagar.schema.grade import Grade
+from gagar.schema.result import Status, TestResult
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.generate import generate_tasks
 
 cli = typer.Typer()

@@ -8,7 +8,7 @@ from pathlib import Path
 from gagar.pipeline import steps
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
 from gagar.records import write_records
-from gagar.stages import BatchEntry
+from gagar.schema.batch import BatchEntry
 
 
 class Sink:

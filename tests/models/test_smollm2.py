@@ -28,7 +28,7 @@ def test_lora_sft_step_saves_a_merged_policy_that_reloads_and_generates(smollm2,
     from gagar.policy.generation import HFBackend
     from gagar.policy.model import load_policy
     from gagar.policy.sft import ADAPTER_DIR, CKPT_DIR, SFTConfig, train_sft
-    from gagar.policy.trajectory import SamplingParams
+    from gagar.schema.trajectory import SamplingParams
     from gagar.tasks.generate import generate_tasks
     from gagar.train.lora import load_adapter
 

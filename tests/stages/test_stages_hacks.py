@@ -6,9 +6,9 @@ from pathlib import Path
 
 from gagar import stages
 from gagar.advantage import keep_mixed_groups
-from gagar.policy.trajectory import Trajectory
 from gagar.records import write_records
-from gagar.sandbox.results import HackFlag, HackKind, Status, TestResult
+from gagar.schema.result import HackFlag, HackKind, Status, TestResult
+from gagar.schema.trajectory import Trajectory
 
 
 def _result(tid: str, status: Status, *kinds: HackKind) -> TestResult:

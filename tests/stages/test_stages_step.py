@@ -28,7 +28,7 @@ def step_dir(tmp_path_factory, tasks_file, trajectories_file):
 
 
 def test_sandbox_resolves_gold_and_noisy_answers_only(step_dir, trajectories_file):
-    from gagar.sandbox.results import TestResult
+    from gagar.schema.result import TestResult
 
     results = {r.trajectory_id: r for r in read_records(step_dir / "results-0.jsonl", TestResult)}
     resolved = sorted(tid.rsplit("/", 1)[1] for tid, r in results.items() if r.resolved)
@@ -36,7 +36,7 @@ def test_sandbox_resolves_gold_and_noisy_answers_only(step_dir, trajectories_fil
 
 
 def test_grade_ranks_gold_above_noisy(step_dir, tasks_file, trajectories_file):
-    from gagar.grader.grade import Grade
+    from gagar.schema.grade import Grade
 
     metrics = stages.grade_stage(
         tasks=tasks_file,

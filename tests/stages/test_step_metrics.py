@@ -10,15 +10,15 @@ from prometheus_client import CollectorRegistry
 
 from fixtures.services import free_port
 from gagar import stages
-from gagar.grader.grade import Grade
 from gagar.grader.llm import LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.run import grade_groups
 from gagar.metrics import METRICS, build_metrics, record_step, step_observations
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records
-from gagar.sandbox.results import TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.grade import Grade
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -10,15 +10,16 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.policy import tiny_sft_config
+from gagar.policy.adapter import ADAPTER_FILES, is_adapter_dir, publish_adapter
 from gagar.policy.model import load_policy
-from gagar.policy.trajectory import SamplingParams, Trajectory
 from gagar.records import read_records, write_records
-from gagar.stages import BatchEntry
+from gagar.schema.batch import BatchEntry
+from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.loaders import write_tasks
 from gagar.train.checkpoint import CheckpointManager
 from gagar.train.config import TrainConfig
-from gagar.train.lora import ADAPTER_FILES, LoraSettings, is_adapter_dir, load_trainable, publish_adapter
+from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import pack_sequences, response_logprobs
 from gagar.train.trainer import Trainer
 from gagar.train.update import OptimConfig, run_update

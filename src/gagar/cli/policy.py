@@ -58,7 +58,7 @@ def sft(
     """Train the policy on demonstrations built from the tasks' gold patches (unset options: SFTConfig's)."""
     from gagar.policy.sft import SFTConfig, train_sft
     from gagar.records import read_records
-    from gagar.tasks.schema import Task
+    from gagar.schema.task import Task
 
     given = {
         "steps": steps,
@@ -160,9 +160,9 @@ def rollout(
     """Sample GROUP_SIZE answers per task and write them as trajectories."""
     from gagar.policy.rollout import make_backend
     from gagar.policy.rollout import rollout as run_rollout
-    from gagar.policy.trajectory import SamplingParams
     from gagar.records import read_records, write_records
-    from gagar.tasks.schema import Task
+    from gagar.schema.task import Task
+    from gagar.schema.trajectory import SamplingParams
 
     params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
     gen, tokenizer = make_backend(str(policy), backend.value, endpoint, model_name)

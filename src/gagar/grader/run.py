@@ -17,15 +17,15 @@ from typing import Literal
 from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
-from gagar.grader.grade import Grade, tie_grade
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.llm import LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import CandidateInput, build_group_workspace
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records, write_records
-from gagar.sandbox.results import TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.grade import Grade, tie_grade
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 
 __all__ = ["GraderKind", "discover_model", "grade_files", "grade_groups", "make_grader"]
 

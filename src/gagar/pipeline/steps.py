@@ -263,10 +263,10 @@ def evaluate(
 ) -> dict[str, float]:
     """Run every trajectory's tests and summarise the policy's answers (pass@1, parse rate, clean fixes)."""
     from gagar.policy.evaluate import evaluate_trajectories
-    from gagar.policy.trajectory import Trajectory
     from gagar.records import read_records, write_records
     from gagar.sandbox.runner import BackendName, make_backend
-    from gagar.tasks.schema import Task
+    from gagar.schema.task import Task
+    from gagar.schema.trajectory import Trajectory
 
     def run() -> dict[str, float]:
         quality, results = evaluate_trajectories(

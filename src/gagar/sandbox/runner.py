@@ -15,8 +15,8 @@ from pathlib import Path
 
 from gagar.records import read_records, write_records
 from gagar.sandbox.base import Prediction, ProgressCallback, SandboxBackend
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = ["BackendName", "evaluate_to_file", "join_jobs", "load_jobs", "make_backend", "summary_line"]
 

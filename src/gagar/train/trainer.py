@@ -32,13 +32,13 @@ from typing import Any
 
 from gagar import stages
 from gagar.advantage import Estimator, GenerationBatch, assemble_batch
-from gagar.grader.grade import Grade
 from gagar.metrics import step_observations
+from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, read_records
-from gagar.sandbox.results import TestResult
+from gagar.schema.grade import Grade
+from gagar.schema.result import TestResult
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import TrainConfig
-from gagar.train.lora import adapter_updates, adapter_version, prune_adapters, publish_adapter
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 

@@ -15,9 +15,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from gagar.policy.trajectory import Trajectory
+from gagar.policy.adapter import is_adapter_dir
+from gagar.schema.trajectory import Trajectory
 from gagar.train.checkpoint import CheckpointManager
-from gagar.train.lora import LoraSettings, is_adapter_dir, load_trainable
+from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
 
 __all__ = [
@@ -180,7 +181,7 @@ def run_update(
     """
     from gagar.policy.model import load_policy
     from gagar.records import read_records
-    from gagar.stages import BatchEntry
+    from gagar.schema.batch import BatchEntry
 
     config = optim or OptimConfig()
     entries = read_records(batch, BatchEntry)
