@@ -45,7 +45,6 @@ __all__ = [
     "LoadedState",
     "MetricsLog",
     "read_extra_state",
-    "resume_latest",
     "verify",
 ]
 
@@ -434,21 +433,3 @@ class MetricsLog:
         kept = [by_step[s] for s in sorted(by_step)]
         atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         return kept
-
-
-def resume_latest(
-    manager: CheckpointManager,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any | None = None,
-    metrics_log: MetricsLog | None = None,
-) -> LoadedState | None:
-    """Restore the newest checkpoint that verifies and trim ``metrics_log`` to its step.
-
-    Returns None, and empties the metrics log, when there is no complete checkpoint: start from scratch.
-    """
-    ckpt = manager.latest()
-    loaded = manager.load(ckpt, model, optimizer, scheduler, verify_files=False) if ckpt else None
-    if metrics_log is not None:
-        metrics_log.truncate(loaded.step if loaded else -1)
-    return loaded
