@@ -7,8 +7,8 @@ The steps are chained at compile time: step i+1's prepare runs after step i's tr
 step i's checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-per-run N``).
 
 The stages, their images and which pipeline parameter or earlier output feeds each argument come
-from :data:`gagar.pipeline.stages.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`)
-is built from too; the parameters of ``rl`` below are :data:`gagar.pipeline.stages.PARAMETERS`
+from :data:`gagar.pipeline.graph.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`)
+is built from too; the parameters of ``rl`` below are :data:`gagar.pipeline.graph.PARAMETERS`
 (a test checks they agree).
 """
 
@@ -22,8 +22,8 @@ from components.redistribute.component import redistribute
 from components.rollout.component import rollout
 from components.sandbox.component import sandbox
 from components.train.component import train
+from gagar.pipeline.graph import RL_STEP
 from gagar.pipeline.platform import PlatformOptions, configure
-from gagar.pipeline.stages import RL_STEP
 
 __all__ = ["COMPONENTS", "build"]
 
@@ -36,7 +36,7 @@ COMPONENTS = {
     "redistribute": redistribute,
     "train": train,
 }
-"""Component of each stage of :data:`gagar.pipeline.stages.RL_STEP`."""
+"""Component of each stage of :data:`gagar.pipeline.graph.RL_STEP`."""
 
 
 def _add_step(p: dict[str, Any], index: int, options: PlatformOptions, after: Any | None) -> Any:
@@ -78,6 +78,8 @@ def build(steps_per_run: int = 1, options: PlatformOptions | None = None) -> Any
         grader: str = "heuristic",
         grader_model: str = "",
         grader_endpoint: str = "",
+        grader_max_steps: int = 8,
+        grader_position_guard: float = 0.0,
         seed: int = 0,
         temperature: float = 1.0,
         top_p: float = 1.0,

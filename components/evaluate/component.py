@@ -26,11 +26,11 @@ def evaluate(
         backend: ``kubernetes`` (one hardened pod per evaluation) or ``local`` (bubblewrap).
         workers: evaluations at once; 0 lets the backend choose.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.evaluate(
+        store_stages.evaluate(
             tasks=tasks.path,
             trajectories=trajectories.path,
             results_out=results.path,

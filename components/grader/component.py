@@ -18,6 +18,8 @@ def grade(
     grader: str = "heuristic",
     grader_model: str = "",
     endpoint: str = "",
+    max_steps: int = 8,
+    position_guard: float = 0.0,
 ):
     """One Grade per kept group (``gagar.stages.grade_stage``); nothing to grade unless algo is gagar.
 
@@ -32,12 +34,15 @@ def grade(
         grader: ``heuristic``, ``learned`` or ``llm``.
         grader_model: directory of the learned grader inside the image or a mounted volume.
         endpoint: OpenAI-compatible base URL of the ``llm`` grader.
+        max_steps: most tool-calling turns of the ``llm`` grader per group.
+        position_guard: grade twice in opposite orders and tie a group whose two rankings are further
+            apart (Kendall distance) than this; 0 grades once.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.grade(
+        store_stages.grade(
             algo=algo,
             tasks=tasks.path,
             trajectories=trajectories.path,
@@ -47,5 +52,7 @@ def grade(
             grader_model=grader_model,
             endpoint=endpoint,
             train_batch_groups=train_batch_groups,
+            max_steps=max_steps,
+            position_guard=position_guard,
         ),
     )

@@ -31,11 +31,11 @@ def grader_sft(
         epochs: training epochs (full batch).
         seed: seed of the noise groups and the model.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.grader_sft(
+        store_stages.grader_sft(
             tasks=tasks.path,
             trajectories=trajectories.path,
             results=results.path,

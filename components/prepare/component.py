@@ -25,7 +25,7 @@ def prepare(storage: str, model: str, tasks_uri: str, tasks: Output[Dataset]) ->
         step: the latest checkpoint's step + 1 (0 on an empty store).
         policy: the latest checkpoint's reference, or ``model``.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    start = steps.prepare(storage=storage, model=model, tasks_uri=tasks_uri, tasks_out=tasks.path)
+    start = store_stages.prepare(storage=storage, model=model, tasks_uri=tasks_uri, tasks_out=tasks.path)
     return (start.step, start.policy)

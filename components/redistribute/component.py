@@ -38,11 +38,11 @@ def redistribute(
         floor: smallest weight of linear and score decay.
         norm_std: divide by the group std (GRPO); false centres only (Dr. GRPO).
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.redistribute(
+        store_stages.redistribute(
             trajectories=trajectories.path,
             results=results.path,
             grades=grades.path,

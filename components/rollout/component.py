@@ -39,11 +39,11 @@ def rollout(
         backend: ``hf`` (in process), ``vllm`` (in process, GPU) or ``openai`` (a warm server).
         endpoint: OpenAI-compatible base URL of the ``openai`` backend; empty otherwise.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.rollout(
+        store_stages.rollout(
             policy=policy,
             tasks=tasks.path,
             out=trajectories.path,

@@ -25,11 +25,11 @@ def sandbox(
         backend: ``kubernetes`` (one hardened pod per evaluation) or ``local`` (bubblewrap).
         workers: evaluations at once; 0 lets the backend choose.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.sandbox(
+        store_stages.sandbox(
             tasks=tasks.path,
             trajectories=trajectories.path,
             out=results.path,

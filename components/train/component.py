@@ -47,18 +47,19 @@ def train(
         keep_checkpoints: checkpoints kept in the store.
         pushgateway: Prometheus Pushgateway URL the step's metrics go to; empty pushes nothing.
     """
-    from gagar.pipeline import steps
+    from gagar.pipeline import store_stages
+    from gagar.train.update import OptimConfig
 
-    steps.log_metrics(
+    store_stages.log_metrics(
         metrics,
-        steps.train(
+        store_stages.train(
             storage=storage,
             policy=policy,
             trajectories=trajectories.path,
             batch=batch.path,
             step=step,
             seed=seed,
-            optim={"lr": lr, "epochs": epochs, "minibatch_size": minibatch_size},
+            optim=OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size),
             keep_checkpoints=keep_checkpoints,
             upstream=[
                 m.metadata for m in (rollout_metrics, sandbox_metrics, grade_metrics, redistribute_metrics)

@@ -11,6 +11,7 @@ from gagar import stages
 from gagar.policy.model import load_policy
 from gagar.records import read_records
 from gagar.train.checkpoint import CheckpointManager
+from gagar.train.update import OptimConfig
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_train_stage_updates_the_policy_and_checkpoints(step_dir, trajectories_f
         batch=step_dir / "batch-gagar.jsonl",
         checkpoints=step_dir / "checkpoints",
         step=0,
-        optim={"lr": 1e-3, "minibatch_size": 4},
+        optim=OptimConfig(lr=1e-3, minibatch_size=4),
     )
     assert metrics["policy/optimizer_steps"] == 3
     # Old log-probs came from the same weights: the first minibatch's ratio is exactly 1.

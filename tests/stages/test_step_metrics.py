@@ -19,6 +19,7 @@ from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
+from gagar.train.update import OptimConfig
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -72,7 +73,7 @@ def test_a_real_step_moves_every_declared_metric(
         batch=tmp_path / "b.jsonl",
         checkpoints=tmp_path / "checkpoints",
         step=0,
-        optim={"minibatch_size": 4},
+        optim=OptimConfig(minibatch_size=4),
     )
     step["perf/step_s"] = time.perf_counter() - started
     results = read_records(results_path, TestResult)

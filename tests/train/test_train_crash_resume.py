@@ -23,7 +23,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "crash_resume.py"
 def test_gagar_train_survives_three_kills_of_its_process_group(tmp_path: Path):
     """The real `gagar train` with the bubblewrap sandbox: 4 steps, 3 SIGKILLs, then --resume to the end."""
     summary_path = tmp_path / "summary.json"
-    cmd = [sys.executable, str(SCRIPT), "--target", "train", "--steps", "4", "--kills", "3", "--seed", "2"]
+    cmd = [sys.executable, str(SCRIPT), "--steps", "4", "--kills", "3", "--seed", "2"]
     result = subprocess.run(
         [*cmd, "--no-reference", "--work", str(tmp_path / "work"), "--summary", str(summary_path)],
         capture_output=True,

@@ -1,6 +1,6 @@
 """The grader: shared group workspaces, inspection tools, graders (heuristic, learned, LLM), grader SFT.
 
-Start with :func:`gagar.grader.run.grade_files` (what ``gagar grade`` runs) and
+Start with :func:`gagar.stages.grade_stage` (what ``gagar grade`` and the grade stage run) and
 :func:`gagar.grader.base.grade_group` (one group, never raising for a bad grader).
 """
 

@@ -96,14 +96,6 @@ class GraderMetrics:
         out.update({f"grader/fallbacks/{reason}": n for reason, n in sorted(self.fallbacks.items())})
         return out
 
-    def summary(self) -> str:
-        """One line: groups graded, trivial ones, fallbacks by reason."""
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.fallbacks.items())) or "none"
-        return (
-            f"{self.groups} groups graded ({self.trivial} trivial), "
-            f"{sum(self.fallbacks.values())} fallbacks: {reasons}"
-        )
-
 
 def scores_agree(tiers: Sequence[Sequence[str]], scores: dict[str, float]) -> bool:
     """Whether ``scores`` order the candidates like ``tiers``: equal within a tier, lower in worse tiers."""

@@ -76,6 +76,8 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("grader", str, "heuristic"),
     Parameter("grader_model", str, ""),
     Parameter("grader_endpoint", str, ""),
+    Parameter("grader_max_steps", int, 8),
+    Parameter("grader_position_guard", float, 0.0),
     Parameter("seed", int, 0),
     Parameter("temperature", float, 1.0),
     Parameter("top_p", float, 1.0),
@@ -139,6 +141,8 @@ RL_STEP: tuple[Stage, ...] = (
             ("grader", "grader"),
             ("grader_model", "grader_model"),
             ("endpoint", "grader_endpoint"),
+            ("max_steps", "grader_max_steps"),
+            ("position_guard", "grader_position_guard"),
         ),
         inputs=(
             ("tasks", "prepare", "tasks"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gagar.pipeline import steps
+from gagar.pipeline import store_stages
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
 from gagar.records import write_records
 from gagar.schema.batch import BatchEntry
@@ -23,20 +23,20 @@ class Sink:
 
 def test_log_metrics_skips_values_json_cannot_hold() -> None:
     sink = Sink()
-    steps.log_metrics(sink, {"a/b": 1, "nan": math.nan, "inf": math.inf, "c": 0.5})
+    store_stages.log_metrics(sink, {"a/b": 1, "nan": math.nan, "inf": math.inf, "c": 0.5})
     assert sink.logged == {"a/b": 1.0, "c": 0.5}
 
 
 def test_unset_maps_kfp_empty_values_to_none() -> None:
-    assert steps.unset("") is None
-    assert steps.unset(0) is None
-    assert steps.unset("http://x/v1") == "http://x/v1"
-    assert steps.unset(4) == 4
+    assert store_stages.unset("") is None
+    assert store_stages.unset(0) is None
+    assert store_stages.unset("http://x/v1") == "http://x/v1"
+    assert store_stages.unset(4) == 4
 
 
 def test_grade_is_skipped_for_plain_grpo(tmp_path: Path) -> None:
     out = tmp_path / "grades.jsonl"
-    metrics = steps.grade(
+    metrics = store_stages.grade(
         algo="grpo",
         tasks="unused",
         trajectories="unused",

@@ -1,7 +1,7 @@
-"""The container entry point of the Argo Workflow's stages: one :mod:`gagar.pipeline.steps` call each.
+"""The container entry point of the Argo Workflow's stages: one :mod:`gagar.pipeline.store_stages` call each.
 
-``python -m gagar.pipeline.argo_step STAGE [--io-root DIR] name=value ...`` runs stage ``STAGE`` of
-:data:`gagar.pipeline.stages.RL_STEP` as its KFP component does, with Argo's conventions for I/O:
+``python -m gagar.pipeline.argo_entry STAGE [--io-root DIR] name=value ...`` runs stage ``STAGE`` of
+:data:`gagar.pipeline.graph.RL_STEP` as its KFP component does, with Argo's conventions for I/O:
 input artifacts are files at ``DIR/inputs/<argument>`` (Argo downloads them there), output artifacts
 are written to ``DIR/outputs/<name>`` and output values to ``DIR/outputs/<name>`` as text (Argo
 uploads and reads them from there). Metrics travel as a JSON object ``{name: value}``, the
@@ -17,12 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gagar.pipeline import steps
-from gagar.pipeline.stages import RL_STEP, Stage, parameter, stage
+from gagar.pipeline import store_stages
+from gagar.pipeline.graph import RL_STEP, Stage, parameter, stage
+from gagar.train.update import OptimConfig
 
 __all__ = ["IO_ROOT", "convert", "main", "parse_arguments", "run_stage"]
 
-USAGE = "gagar.pipeline.argo_step STAGE [--io-root DIR] name=value ..."
+USAGE = "gagar.pipeline.argo_entry STAGE [--io-root DIR] name=value ..."
 IO_ROOT = "/tmp/gagar"
 """Where a stage's pod keeps its input and output files (an emptyDir volume mounted at ``/tmp``)."""
 
@@ -82,7 +83,7 @@ def parse_arguments(spec: Stage, items: Sequence[str]) -> dict[str, Any]:
 
 
 class _MetricsFile:
-    """A KFP ``Metrics``-like sink collecting what :func:`steps.log_metrics` keeps (finite values)."""
+    """A KFP ``Metrics``-like sink of what :func:`store_stages.log_metrics` keeps (finite values)."""
 
     def __init__(self) -> None:
         self.values: dict[str, float] = {}
@@ -93,12 +94,12 @@ class _MetricsFile:
 
 def _write_metrics(path: Path, metrics: Mapping[str, float]) -> None:
     sink = _MetricsFile()
-    steps.log_metrics(sink, metrics)
+    store_stages.log_metrics(sink, metrics)
     path.write_text(json.dumps(sink.values, sort_keys=True), encoding="utf-8")
 
 
 def _prepare(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    start = steps.prepare(
+    start = store_stages.prepare(
         storage=a["storage"], model=a["model"], tasks_uri=a["tasks_uri"], tasks_out=str(outputs / "tasks")
     )
     (outputs / "step").write_text(str(start.step), encoding="utf-8")
@@ -106,12 +107,12 @@ def _prepare(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
 
 
 def _rollout(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = steps.rollout(tasks=str(inputs / "tasks"), out=str(outputs / "trajectories"), **a)
+    metrics = store_stages.rollout(tasks=str(inputs / "tasks"), out=str(outputs / "trajectories"), **a)
     _write_metrics(outputs / "metrics", metrics)
 
 
 def _sandbox(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = steps.sandbox(
+    metrics = store_stages.sandbox(
         tasks=str(inputs / "tasks"),
         trajectories=str(inputs / "trajectories"),
         out=str(outputs / "results"),
@@ -121,7 +122,7 @@ def _sandbox(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
 
 
 def _grade(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = steps.grade(
+    metrics = store_stages.grade(
         tasks=str(inputs / "tasks"),
         trajectories=str(inputs / "trajectories"),
         results=str(inputs / "results"),
@@ -132,7 +133,7 @@ def _grade(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
 
 
 def _redistribute(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = steps.redistribute(
+    metrics = store_stages.redistribute(
         trajectories=str(inputs / "trajectories"),
         results=str(inputs / "results"),
         grades=str(inputs / "grades"),
@@ -148,14 +149,14 @@ def _train(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
         json.loads((inputs / name).read_text(encoding="utf-8"))
         for name in ("rollout_metrics", "sandbox_metrics", "grade_metrics", "redistribute_metrics")
     ]
-    metrics = steps.train(
+    metrics = store_stages.train(
         storage=a["storage"],
         policy=a["policy"],
         trajectories=str(inputs / "trajectories"),
         batch=str(inputs / "batch"),
         step=a["step"],
         seed=a["seed"],
-        optim={"lr": a["lr"], "epochs": a["epochs"], "minibatch_size": a["minibatch_size"]},
+        optim=OptimConfig(lr=a["lr"], epochs=a["epochs"], minibatch_size=a["minibatch_size"]),
         keep_checkpoints=a["keep_checkpoints"],
         upstream=upstream,
         report=str(outputs / "summary"),
@@ -173,7 +174,7 @@ _RUNNERS: dict[str, Callable[[dict[str, Any], Path, Path], None]] = {
     "train": _train,
 }
 if set(_RUNNERS) != {s.name for s in RL_STEP}:  # pragma: no cover - a programming error caught on import
-    raise RuntimeError("argo_step runners and gagar.pipeline.stages.RL_STEP name different stages")
+    raise RuntimeError("argo_entry runners and gagar.pipeline.graph.RL_STEP name different stages")
 
 
 def _checked(name: str, items: Sequence[str], io_root: str | Path) -> tuple[dict[str, Any], Path, Path]:

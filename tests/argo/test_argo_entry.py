@@ -13,8 +13,8 @@ from argo_local import run_in_process, run_subprocess, run_workflow
 from fixtures.services import S3RVER_KEY, S3rver
 from gagar.pipeline import store
 from gagar.pipeline.argo import build_workflow
-from gagar.pipeline.argo_step import convert, main, parse_arguments
-from gagar.pipeline.stages import stage
+from gagar.pipeline.argo_entry import convert, main, parse_arguments
+from gagar.pipeline.graph import stage
 from gagar.storage import S3Store
 
 
@@ -80,7 +80,7 @@ def s3_bucket(s3rver: S3rver) -> str:
 def test_compiled_workflow_runs_an_rl_step_against_s3(
     tiny_inputs: tuple[Path, Path], s3rver: S3rver, s3_bucket: str, tmp_path: Path
 ) -> None:
-    """Every task runs its container command (``python -m gagar.pipeline.argo_step``'s ``main``,
+    """Every task runs its container command (``python -m gagar.pipeline.argo_entry``'s ``main``,
     in process to spare a torch import per task), the store on s3rver, the credentials and
     endpoint coming from the Secret and ConfigMap the templates reference."""
     policy, tasks = tiny_inputs
@@ -125,7 +125,7 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
 
 
 def test_entry_point_runs_as_a_module(tmp_path: Path) -> None:
-    command = ["python", "-m", "gagar.pipeline.argo_step", "grade", "--io-root", str(tmp_path), "algo=grpo"]
+    command = ["python", "-m", "gagar.pipeline.argo_entry", "grade", "--io-root", str(tmp_path), "algo=grpo"]
     code, stderr = run_subprocess(command, dict(os.environ))
     assert code == 2
     assert "missing arguments endpoint, grader, grader_model, train_batch_groups" in stderr

@@ -18,11 +18,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gagar import stages
 from gagar.pipeline import store
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
+
+if TYPE_CHECKING:
+    from gagar.train.update import OptimConfig
 
 __all__ = [
     "MetricsSink",
@@ -125,8 +128,13 @@ def grade(
     grader_model: str,
     endpoint: str,
     train_batch_groups: int,
+    max_steps: int = 8,
+    position_guard: float = 0.0,
 ) -> dict[str, float]:
-    """Grade the groups dynamic sampling keeps; with an algo other than gagar, write no grades."""
+    """Grade the groups dynamic sampling keeps; with an algo other than gagar, write no grades.
+
+    A ``position_guard`` of 0 grades each group once.
+    """
     if algo != "gagar":
         Path(out).write_text("", encoding="utf-8")
         return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
@@ -142,6 +150,8 @@ def grade(
                 grader=grader,
                 grader_model=unset(grader_model),
                 endpoint=unset(endpoint),
+                max_steps=max_steps,
+                position_guard=unset(position_guard),
                 train_batch_groups=train_batch_groups,
                 progress=False,
             ),
@@ -171,7 +181,7 @@ def train(
     batch: str,
     step: int,
     seed: int,
-    optim: dict[str, Any],
+    optim: OptimConfig,
     keep_checkpoints: int,
     upstream: Sequence[Mapping[str, float]],
     report: str,
