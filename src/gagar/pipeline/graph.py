@@ -2,8 +2,8 @@
 
 Not to be confused with :mod:`gagar.stages` (what each stage computes): this module says which
 stages one RL step runs, in which image, fed by which pipeline parameters and which earlier
-outputs. ``pipelines/rl.py`` builds the Kubeflow pipeline from it and :mod:`gagar.pipeline.argo`
-the Argo Workflow, so both targets run the same graph with the same knobs.
+outputs. :mod:`gagar.pipeline.definitions.rl` builds the Kubeflow pipeline from it and
+:mod:`gagar.pipeline.argo` the Argo Workflow, so both targets run the same graph with the same knobs.
 """
 
 from __future__ import annotations

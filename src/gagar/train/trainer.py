@@ -33,7 +33,6 @@ from typing import Any
 
 from gagar import rl_step
 from gagar.advantage import Estimator
-from gagar.metrics import step_observations
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
@@ -170,6 +169,7 @@ class Trainer:
     def step(self, step: int) -> dict[str, Any]:
         """One RL step (:func:`gagar.rl_step.run_step`), its artifacts under ``steps/step-N``; its metrics."""
         from gagar.grader.run import make_grader
+        from gagar.metrics import step_observations
         from gagar.policy.rollout import make_backend
         from gagar.sandbox.runner import BackendName
         from gagar.sandbox.runner import make_backend as make_sandbox

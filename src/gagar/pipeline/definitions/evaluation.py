@@ -8,9 +8,9 @@ from typing import Any
 
 from kfp import dsl
 
-from components.evaluate.component import evaluate
-from components.prepare.component import prepare
-from components.rollout.component import rollout
+from gagar.pipeline.components.evaluate.component import evaluate
+from gagar.pipeline.components.prepare.component import prepare
+from gagar.pipeline.components.rollout.component import rollout
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]

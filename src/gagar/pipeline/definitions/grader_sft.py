@@ -9,10 +9,10 @@ from typing import Any
 
 from kfp import dsl
 
-from components.grader_sft.component import grader_sft
-from components.prepare.component import prepare
-from components.rollout.component import rollout
-from components.sandbox.component import sandbox
+from gagar.pipeline.components.grader_sft.component import grader_sft
+from gagar.pipeline.components.prepare.component import prepare
+from gagar.pipeline.components.rollout.component import rollout
+from gagar.pipeline.components.sandbox.component import sandbox
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]

@@ -16,12 +16,12 @@ from typing import Any
 
 from kfp import dsl
 
-from components.grader.component import grade
-from components.prepare.component import prepare
-from components.redistribute.component import redistribute
-from components.rollout.component import rollout
-from components.sandbox.component import sandbox
-from components.train.component import train
+from gagar.pipeline.components.grader.component import grade
+from gagar.pipeline.components.prepare.component import prepare
+from gagar.pipeline.components.redistribute.component import redistribute
+from gagar.pipeline.components.rollout.component import rollout
+from gagar.pipeline.components.sandbox.component import sandbox
+from gagar.pipeline.components.train.component import train
 from gagar.pipeline.graph import RL_STEP
 from gagar.pipeline.platform import PlatformOptions, configure
 
