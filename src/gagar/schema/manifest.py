@@ -1,4 +1,8 @@
-"""Checkpoint manifests: the sha256 and size of every file, written last as the completion marker."""
+"""Directory manifests: the sha256 and size of every file, written last as the completion marker.
+
+One format for both a trainer checkpoint (:mod:`gagar.train.checkpoint`) and a directory published to
+the artifact store, so a checkpoint travels to the store and back with its ``MANIFEST.json`` as is.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, ValidationError
 
 __all__ = [
     "MANIFEST_NAME",
@@ -30,7 +34,9 @@ class FileEntry(BaseModel):
     """One file of a published directory."""
 
     sha256: str = Field(description="Hex sha256 of the file's bytes.")
-    size: int = Field(ge=0, description="Size in bytes.")
+    size: int = Field(
+        ge=0, description="Size in bytes.", validation_alias=AliasChoices("size", "bytes")
+    )  # checkpoints written before one format called it ``bytes``
 
 
 class Manifest(BaseModel):
@@ -69,9 +75,13 @@ def sha256_bytes(data: bytes) -> str:
 def build_manifest(local_dir: str | os.PathLike[str], step: int | None = None) -> Manifest:
     """Hash every regular file under ``local_dir`` (recursively; symlinks are refused).
 
+    A directory that already carries its ``MANIFEST.json`` (a trainer checkpoint) keeps it, once it
+    lists exactly the other files with their sizes and hashes and names the same ``step``.
+
     Raises:
         NotADirectoryError: ``local_dir`` is not a directory.
-        ValueError: the directory is empty, contains a symlink, or already holds a ``MANIFEST.json``.
+        ValueError: the directory is empty, contains a symlink, or holds a ``MANIFEST.json`` that is
+            not a manifest of its files.
     """
     root = Path(local_dir)
     if not root.is_dir():
@@ -83,9 +93,19 @@ def build_manifest(local_dir: str | os.PathLike[str], step: int | None = None) -
             raise ValueError(f"cannot publish {root}: {rel} is a symlink")
         if not path.is_file():
             continue
-        if rel == MANIFEST_NAME:
-            raise ValueError(f"cannot publish {root}: it already contains {MANIFEST_NAME}, a reserved name")
-        files[rel] = FileEntry(sha256=sha256_file(path), size=path.stat().st_size)
+        if rel != MANIFEST_NAME:
+            files[rel] = FileEntry(sha256=sha256_file(path), size=path.stat().st_size)
     if not files:
         raise ValueError(f"cannot publish {root}: it contains no files")
-    return Manifest(step=step, files=files)
+    if not (root / MANIFEST_NAME).is_file():
+        return Manifest(step=step, files=files)
+    try:
+        own = Manifest.model_validate_json((root / MANIFEST_NAME).read_bytes())
+    except ValidationError as exc:
+        raise ValueError(f"cannot publish {root}: its {MANIFEST_NAME} is not a manifest ({exc})") from None
+    if own.files != files:
+        wrong = sorted(set(own.files) ^ set(files)) or [r for r in files if own.files[r] != files[r]]
+        raise ValueError(f"cannot publish {root}: its {MANIFEST_NAME} does not match {wrong[0]}")
+    if step is not None and own.step != step:
+        raise ValueError(f"cannot publish {root} as step {step}: its {MANIFEST_NAME} says step {own.step}")
+    return own
