@@ -387,6 +387,7 @@ def run_step(
     ``on_generated`` sees each generation batch once evaluated; ``before_update`` sees the step's
     output before the (slow, checkpoint-writing) update, e.g. to save what it has so far.
     """
+    from gagar.grader.base import PositionGuard
     from gagar.train.update import run_update
 
     c, step, timings = config, inputs.step, {}
@@ -421,9 +422,10 @@ def run_step(
     grades = None
     if c.advantage.algo is Estimator.GAGAR:
         with _timed(timings, "perf/grade_s"):
+            guard = None if c.grader.position_guard is None else PositionGuard(c.grader.position_guard)
             grades, grade_metrics = grade(
                 inputs.grader, inputs.tasks, selection.trajectories, selection.results, inputs.workspace,
-                progress=progress,
+                guard=guard, progress=progress,
             )  # fmt: skip
         metrics |= grade_metrics
     with _timed(timings, "perf/redistribute_s"):

@@ -128,4 +128,5 @@ def test_entry_point_runs_as_a_module(tmp_path: Path) -> None:
     command = ["python", "-m", "gagar.pipeline.argo_entry", "grade", "--io-root", str(tmp_path), "algo=grpo"]
     code, stderr = run_subprocess(command, dict(os.environ))
     assert code == 2
-    assert "missing arguments endpoint, grader, grader_model, max_steps, position_guard, train_batch_groups" in stderr
+    missing = "endpoint, grader, grader_model, max_steps, position_guard, train_batch_groups"
+    assert f"missing arguments {missing}" in stderr

@@ -8,10 +8,11 @@ outputs. :mod:`gagar.pipeline.definitions.rl` builds the Kubeflow pipeline from 
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TypeVar, Union
 
-__all__ = ["PARAMETERS", "RL_STEP", "Parameter", "ParameterValue", "Stage", "parameter", "stage"]
+__all__ = ["PARAMETERS", "RL_STEP", "Parameter", "ParameterValue", "Stage", "parameter", "signature", "stage"]
 
 ParameterValue = Union[str, int, float, bool]  # noqa: UP007 (a runtime alias of the KFP parameter types)
 
@@ -215,6 +216,20 @@ def parameter(name: str) -> Parameter:
         ValueError: no parameter has that name.
     """
     return _named(PARAMETERS, name, "pipeline parameter")
+
+
+def signature() -> inspect.Signature:
+    """The RL pipeline function's signature: one parameter per :data:`PARAMETERS` entry, typed, with
+    its default (the KFP pipeline takes it from here, so its parameters are declared only once)."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    return inspect.Signature(
+        [
+            inspect.Parameter(p.name, kind, annotation=p.type)
+            if p.default is None
+            else inspect.Parameter(p.name, kind, annotation=p.type, default=p.default)
+            for p in PARAMETERS
+        ]
+    )
 
 
 def stage(name: str) -> Stage:

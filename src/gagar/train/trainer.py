@@ -36,7 +36,7 @@ from gagar.advantage import Estimator
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
-from gagar.train.config import TrainConfig
+from gagar.train.config import RolloutBackend, TrainConfig
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 
@@ -171,7 +171,6 @@ class Trainer:
         from gagar.grader.run import make_grader
         from gagar.metrics import step_observations
         from gagar.policy.rollout import make_backend
-        from gagar.sandbox.runner import BackendName
         from gagar.sandbox.runner import make_backend as make_sandbox
         from gagar.tasks.loaders import load_tasks
 
@@ -184,7 +183,7 @@ class Trainer:
         started = time.perf_counter()
         timings: dict[str, float] = {}
         metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
-        server = c.rollout.backend == "server"
+        server = c.rollout.backend is RolloutBackend.SERVER
         version = str(policy)  # what the in-process backends record as the trajectories' version
         if server:
             version, timings["perf/adapter_swap_s"] = self._serve_version(step)
@@ -192,7 +191,7 @@ class Trainer:
         with _timed(timings, "perf/rollout_s"):
             generator, tokenizer = make_backend(
                 str(policy),
-                "openai" if server else c.rollout.backend,
+                RolloutBackend.OPENAI.value if server else c.rollout.backend.value,
                 endpoint=c.rollout.endpoint,
                 model_name=version if server else None,
             )
@@ -204,8 +203,13 @@ class Trainer:
             tasks=load_tasks(c.tasks),
             generator=generator,
             tokenizer=tokenizer,
-            sandbox=make_sandbox(BackendName(c.sandbox.backend), c.sandbox.workers),
-            grader=make_grader(c.grader.kind, model_dir=c.grader.model, endpoint=c.grader.endpoint)
+            sandbox=make_sandbox(c.sandbox.backend, c.sandbox.workers),
+            grader=make_grader(
+                c.grader.kind,
+                model_dir=c.grader.model,
+                endpoint=c.grader.endpoint,
+                max_steps=c.grader.max_steps,
+            )
             if gagar
             else None,
             workspace=step_dir / "workspace",

@@ -8,8 +8,7 @@ step i's checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-
 
 The stages, their images and which pipeline parameter or earlier output feeds each argument come
 from :data:`gagar.pipeline.graph.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`)
-is built from too; the parameters of ``rl`` below are :data:`gagar.pipeline.graph.PARAMETERS`
-(a test checks they agree).
+is built from too; the signature of ``rl`` below is made from :data:`gagar.pipeline.graph.PARAMETERS`.
 """
 
 from typing import Any
@@ -22,7 +21,7 @@ from gagar.pipeline.components.redistribute.component import redistribute
 from gagar.pipeline.components.rollout.component import rollout
 from gagar.pipeline.components.sandbox.component import sandbox
 from gagar.pipeline.components.train.component import train
-from gagar.pipeline.graph import RL_STEP
+from gagar.pipeline.graph import PARAMETERS, RL_STEP, signature
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["COMPONENTS", "build"]
@@ -62,45 +61,17 @@ def build(steps_per_run: int = 1, options: PlatformOptions | None = None) -> Any
         raise ValueError(f"steps_per_run must be at least 1, got {steps_per_run}")
     platform = options or PlatformOptions()
 
-    @dsl.pipeline(
-        name="gagar-rl",
-        description=f"GAGAR: {steps_per_run} RL step(s) of GRPO with grader-aware credit redistribution, "
-        "resuming from the latest checkpoint in the artifact store.",
-    )
-    def rl(
-        model: str,
-        tasks: str,
-        storage: str,
-        group_size: int = 8,
-        train_batch_groups: int = 8,
-        gen_batch_groups: int = 16,
-        algo: str = "gagar",
-        grader: str = "heuristic",
-        grader_model: str = "",
-        grader_endpoint: str = "",
-        grader_max_steps: int = 8,
-        grader_position_guard: float = 0.0,
-        seed: int = 0,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        rollout_backend: str = "hf",
-        policy_endpoint: str = "",
-        sandbox_backend: str = "kubernetes",
-        sandbox_workers: int = 0,
-        decay: str = "geometric",
-        gamma: float = 0.5,
-        floor: float = 0.1,
-        norm_std: bool = True,
-        lr: float = 2e-5,
-        epochs: int = 1,
-        minibatch_size: int = 16,
-        keep_checkpoints: int = 3,
-        pushgateway: str = "",
-    ):
-        params = dict(locals())
+    names = [p.name for p in PARAMETERS]
+
+    def rl(*args: Any) -> None:
+        params = dict(zip(names, args, strict=True))
         previous = None
         for index in range(steps_per_run):
             previous = _add_step(params, index, platform, previous)
 
-    return rl
+    rl.__signature__ = signature()  # type: ignore[attr-defined]  # the parameters, declared once
+    return dsl.pipeline(
+        name="gagar-rl",
+        description=f"GAGAR: {steps_per_run} RL step(s) of GRPO with grader-aware credit redistribution, "
+        "resuming from the latest checkpoint in the artifact store.",
+    )(rl)
