@@ -41,7 +41,7 @@ def test_grade_is_skipped_for_plain_grpo(tmp_path: Path) -> None:
         tasks="unused",
         trajectories="unused",
         results="unused",
-        out=str(out),
+        grades=str(out),
         grader="heuristic",
         grader_model="",
         endpoint="",

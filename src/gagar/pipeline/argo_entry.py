@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gagar.pipeline import store_stages
 from gagar.pipeline.graph import RL_STEP, Stage, parameter, stage
-from gagar.train.update import OptimConfig
 
 __all__ = ["IO_ROOT", "convert", "main", "parse_arguments", "run_stage"]
 
@@ -98,83 +97,25 @@ def _write_metrics(path: Path, metrics: Mapping[str, float]) -> None:
     path.write_text(json.dumps(sink.values, sort_keys=True), encoding="utf-8")
 
 
-def _prepare(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    start = store_stages.prepare(
-        storage=a["storage"], model=a["model"], tasks_uri=a["tasks_uri"], tasks_out=str(outputs / "tasks")
-    )
-    (outputs / "step").write_text(str(start.step), encoding="utf-8")
-    (outputs / "policy").write_text(start.policy, encoding="utf-8")
+def _call(spec: Stage, arguments: dict[str, Any], inputs: Path, outputs: Path) -> None:
+    """Run ``spec``'s function of :data:`store_stages.RL_STAGES` with Argo's files: input artifacts
+    from ``inputs`` (an earlier stage's metrics read as a dict), output artifacts to ``outputs``,
+    the returned metrics as JSON and output values as text."""
+    for argument, _, output in spec.inputs:
+        if argument in spec.artifact_inputs:
+            path = inputs / argument
+            is_metrics = output == "metrics"
+            arguments[argument] = json.loads(path.read_text(encoding="utf-8")) if is_metrics else str(path)
+    arguments |= {name: str(outputs / name) for name in spec.artifacts if name != "metrics"}
+    returned = store_stages.RL_STAGES[spec.name](**arguments)
+    if "metrics" in spec.artifacts:
+        _write_metrics(outputs / "metrics", returned)
+    for name, _ in spec.results:
+        (outputs / name).write_text(str(getattr(returned, name)), encoding="utf-8")
 
 
-def _rollout(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = store_stages.rollout(tasks=str(inputs / "tasks"), out=str(outputs / "trajectories"), **a)
-    _write_metrics(outputs / "metrics", metrics)
-
-
-def _sandbox(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = store_stages.sandbox(
-        tasks=str(inputs / "tasks"),
-        trajectories=str(inputs / "trajectories"),
-        out=str(outputs / "results"),
-        **a,
-    )
-    _write_metrics(outputs / "metrics", metrics)
-
-
-def _grade(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = store_stages.grade(
-        tasks=str(inputs / "tasks"),
-        trajectories=str(inputs / "trajectories"),
-        results=str(inputs / "results"),
-        out=str(outputs / "grades"),
-        **a,
-    )
-    _write_metrics(outputs / "metrics", metrics)
-
-
-def _redistribute(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    metrics = store_stages.redistribute(
-        trajectories=str(inputs / "trajectories"),
-        results=str(inputs / "results"),
-        grades=str(inputs / "grades"),
-        out=str(outputs / "batch"),
-        report=str(outputs / "credit"),
-        **a,
-    )
-    _write_metrics(outputs / "metrics", metrics)
-
-
-def _train(a: dict[str, Any], inputs: Path, outputs: Path) -> None:
-    upstream = [
-        json.loads((inputs / name).read_text(encoding="utf-8"))
-        for name in ("rollout_metrics", "sandbox_metrics", "grade_metrics", "redistribute_metrics")
-    ]
-    metrics = store_stages.train(
-        storage=a["storage"],
-        policy=a["policy"],
-        trajectories=str(inputs / "trajectories"),
-        batch=str(inputs / "batch"),
-        step=a["step"],
-        seed=a["seed"],
-        optim=OptimConfig(lr=a["lr"], epochs=a["epochs"], minibatch_size=a["minibatch_size"]),
-        keep_checkpoints=a["keep_checkpoints"],
-        upstream=upstream,
-        report=str(outputs / "summary"),
-        pushgateway=a["pushgateway"],
-    )
-    _write_metrics(outputs / "metrics", metrics)
-
-
-_RUNNERS: dict[str, Callable[[dict[str, Any], Path, Path], None]] = {
-    "prepare": _prepare,
-    "rollout": _rollout,
-    "sandbox": _sandbox,
-    "grade": _grade,
-    "redistribute": _redistribute,
-    "train": _train,
-}
-if set(_RUNNERS) != {s.name for s in RL_STEP}:  # pragma: no cover - a programming error caught on import
-    raise RuntimeError("argo_entry runners and gagar.pipeline.graph.RL_STEP name different stages")
+if set(store_stages.RL_STAGES) != {s.name for s in RL_STEP}:  # pragma: no cover - caught on import
+    raise RuntimeError("store_stages.RL_STAGES and gagar.pipeline.graph.RL_STEP name different stages")
 
 
 def _checked(name: str, items: Sequence[str], io_root: str | Path) -> tuple[dict[str, Any], Path, Path]:
@@ -197,7 +138,7 @@ def run_stage(name: str, items: Sequence[str], io_root: str | Path = IO_ROOT) ->
     """
     arguments, inputs, outputs = _checked(name, items, io_root)
     outputs.mkdir(parents=True, exist_ok=True)
-    _RUNNERS[name](arguments, inputs, outputs)
+    _call(stage(name), arguments, inputs, outputs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,18 +16,16 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gagar import stages
 from gagar.pipeline import store
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
 
-if TYPE_CHECKING:
-    from gagar.train.update import OptimConfig
-
 __all__ = [
+    "RL_STAGES",
     "MetricsSink",
     "evaluate",
     "grade",
@@ -71,21 +69,21 @@ def _timed(name: str, call: Callable[[], dict[str, float]]) -> dict[str, float]:
     return metrics
 
 
-def prepare(*, storage: str, model: str, tasks_uri: str, tasks_out: str) -> store.StepStart:
-    """Copy the tasks into ``tasks_out`` as JSONL (validated) and find the step's start in the store."""
+def prepare(*, storage: str, model: str, tasks_uri: str, tasks: str) -> store.StepStart:
+    """Copy the tasks into ``tasks`` as JSONL (validated) and find the step's start in the store."""
     from gagar.records import write_records
     from gagar.tasks.loaders import load_tasks
 
     with tempfile.TemporaryDirectory() as tmp:
         local = store.fetch_file(tasks_uri, Path(tmp) / Path(tasks_uri).name)
-        write_records(tasks_out, load_tasks(local))
+        write_records(tasks, load_tasks(local))
     start = store.resolve_start(store.normalise_storage(storage), model)
     log.info("step %d samples from %s", start.step, start.policy)
     return start
 
 
-def rollout(*, policy: str, tasks: str, out: str, step: int, **options: Any) -> dict[str, float]:
-    """Download the policy and sample one generation batch (``gen_batch`` 0) into ``out``.
+def rollout(*, policy: str, tasks: str, trajectories: str, step: int, **options: Any) -> dict[str, float]:
+    """Download the policy and sample one generation batch (``gen_batch`` 0) into ``trajectories``.
 
     ``options`` are :func:`gagar.stages.rollout_stage`'s (groups, group_size, seed, temperature, …).
     """
@@ -97,19 +95,25 @@ def rollout(*, policy: str, tasks: str, out: str, step: int, **options: Any) -> 
         return _timed(
             "rollout",
             lambda: stages.rollout_stage(
-                policy=model_dir, tasks=tasks, out=out, step=step, gen_batch=0, progress=False, **options
+                policy=model_dir,
+                tasks=tasks,
+                out=trajectories,
+                step=step,
+                gen_batch=0,
+                progress=False,
+                **options,
             ),
         )
 
 
-def sandbox(*, tasks: str, trajectories: str, out: str, backend: str, workers: int) -> dict[str, float]:
+def sandbox(*, tasks: str, trajectories: str, results: str, backend: str, workers: int) -> dict[str, float]:
     """Run every trajectory's tests (the fan-out over evaluations happens inside the stage)."""
     return _timed(
         "sandbox",
         lambda: stages.sandbox_stage(
             tasks=tasks,
             trajectories=trajectories,
-            out=out,
+            out=results,
             backend=backend,
             workers=unset(workers),
             progress=False,
@@ -123,7 +127,7 @@ def grade(
     tasks: str,
     trajectories: str,
     results: str,
-    out: str,
+    grades: str,
     grader: str,
     grader_model: str,
     endpoint: str,
@@ -136,7 +140,7 @@ def grade(
     A ``position_guard`` of 0 grades each group once.
     """
     if algo != "gagar":
-        Path(out).write_text("", encoding="utf-8")
+        Path(grades).write_text("", encoding="utf-8")
         return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         return _timed(
@@ -145,7 +149,7 @@ def grade(
                 tasks=tasks,
                 trajectories=[trajectories],
                 results=[results],
-                out=out,
+                out=grades,
                 workspace=Path(tmp) / "workspace",
                 grader=grader,
                 grader_model=unset(grader_model),
@@ -159,17 +163,17 @@ def grade(
 
 
 def redistribute(
-    *, trajectories: str, results: str, grades: str, out: str, report: str, **options: Any
+    *, trajectories: str, results: str, grades: str, batch: str, credit: str, **options: Any
 ) -> dict[str, float]:
-    """Dynamic sampling and advantages (``options`` as :func:`gagar.stages.redistribute_stage`);
-    writes the credit table as Markdown to ``report``."""
+    """Dynamic sampling and advantages (``options`` as :func:`gagar.stages.redistribute_stage`) into
+    ``batch``; writes the credit table as Markdown to ``credit``."""
     metrics = _timed(
         "redistribute",
         lambda: stages.redistribute_stage(
-            trajectories=[trajectories], results=[results], grades=grades, out=out, **options
+            trajectories=[trajectories], results=[results], grades=grades, out=batch, **options
         ),
     )
-    Path(report).write_text(credit_table(out), encoding="utf-8")
+    Path(credit).write_text(credit_table(batch), encoding="utf-8")
     return metrics
 
 
@@ -181,18 +185,27 @@ def train(
     batch: str,
     step: int,
     seed: int,
-    optim: OptimConfig,
+    lr: float,
+    epochs: int,
+    minibatch_size: int,
     keep_checkpoints: int,
-    upstream: Sequence[Mapping[str, float]],
-    report: str,
+    rollout_metrics: Mapping[str, float],
+    sandbox_metrics: Mapping[str, float],
+    grade_metrics: Mapping[str, float],
+    redistribute_metrics: Mapping[str, float],
+    summary: str,
     pushgateway: str = "",
 ) -> dict[str, float]:
     """Update the policy, publish checkpoint ``step`` to the store, store and push the step's metrics.
 
-    ``upstream`` are the earlier stages' metrics of this step; merged with the update's, they go
-    to ``metrics/step-N.json`` in the store, to the Pushgateway when one is given, and as a
-    Markdown summary to ``report``.
+    The earlier stages' metrics of this step, merged with the update's, go to
+    ``metrics/step-N.json`` in the store, to the Pushgateway when one is given, and as a Markdown
+    summary to ``summary``.
     """
+    from gagar.train.update import OptimConfig
+
+    optim = OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size)
+    upstream = [rollout_metrics, sandbox_metrics, grade_metrics, redistribute_metrics]
     storage = store.normalise_storage(storage)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "checkpoints"
@@ -219,7 +232,7 @@ def train(
     store.write_step_metrics(storage, step, merged)
     if pushgateway:
         _push(pushgateway, storage, merged)
-    Path(report).write_text(step_summary(step, merged), encoding="utf-8")
+    Path(summary).write_text(step_summary(step, merged), encoding="utf-8")
     return metrics
 
 
@@ -289,3 +302,17 @@ def evaluate(
         return {f"eval/{key}": float(value) for key, value in summary.items() if value is not None}
 
     return _timed("evaluate", run)
+
+
+RL_STAGES: dict[str, Callable[..., Any]] = {
+    "prepare": prepare,
+    "rollout": rollout,
+    "sandbox": sandbox,
+    "grade": grade,
+    "redistribute": redistribute,
+    "train": train,
+}
+"""The function of each stage of :data:`gagar.pipeline.graph.RL_STEP`, called with the graph's names:
+its parameters, its inputs (artifact paths; an earlier stage's metrics as a dict) and its output
+artifacts (paths) but ``metrics``, which it returns. The KFP components and the Argo entry point
+both call these."""

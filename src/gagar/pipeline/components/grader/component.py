@@ -47,7 +47,7 @@ def grade(
             tasks=tasks.path,
             trajectories=trajectories.path,
             results=results.path,
-            out=grades.path,
+            grades=grades.path,
             grader=grader,
             grader_model=grader_model,
             endpoint=endpoint,

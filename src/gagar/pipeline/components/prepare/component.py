@@ -27,5 +27,5 @@ def prepare(storage: str, model: str, tasks_uri: str, tasks: Output[Dataset]) ->
     """
     from gagar.pipeline import store_stages
 
-    start = store_stages.prepare(storage=storage, model=model, tasks_uri=tasks_uri, tasks_out=tasks.path)
+    start = store_stages.prepare(storage=storage, model=model, tasks_uri=tasks_uri, tasks=tasks.path)
     return (start.step, start.policy)

@@ -46,7 +46,7 @@ def rollout(
         store_stages.rollout(
             policy=policy,
             tasks=tasks.path,
-            out=trajectories.path,
+            trajectories=trajectories.path,
             step=step,
             groups=groups,
             group_size=group_size,

@@ -32,7 +32,7 @@ def sandbox(
         store_stages.sandbox(
             tasks=tasks.path,
             trajectories=trajectories.path,
-            out=results.path,
+            results=results.path,
             backend=backend,
             workers=workers,
         ),

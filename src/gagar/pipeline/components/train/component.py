@@ -48,7 +48,6 @@ def train(
         pushgateway: Prometheus Pushgateway URL the step's metrics go to; empty pushes nothing.
     """
     from gagar.pipeline import store_stages
-    from gagar.train.update import OptimConfig
 
     store_stages.log_metrics(
         metrics,
@@ -59,12 +58,15 @@ def train(
             batch=batch.path,
             step=step,
             seed=seed,
-            optim=OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size),
+            lr=lr,
+            epochs=epochs,
+            minibatch_size=minibatch_size,
             keep_checkpoints=keep_checkpoints,
-            upstream=[
-                m.metadata for m in (rollout_metrics, sandbox_metrics, grade_metrics, redistribute_metrics)
-            ],
-            report=summary.path,
+            rollout_metrics=rollout_metrics.metadata,
+            sandbox_metrics=sandbox_metrics.metadata,
+            grade_metrics=grade_metrics.metadata,
+            redistribute_metrics=redistribute_metrics.metadata,
+            summary=summary.path,
             pushgateway=pushgateway,
         ),
     )
