@@ -171,4 +171,6 @@ def rollout(
         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, backend=backend.value,
         endpoint=endpoint, model_name=model_name,
     )  # fmt: skip
-    typer.echo(json.dumps({**metrics, "out": str(out)}, sort_keys=True))
+    n = int(metrics["rollout/trajectories"])
+    parsed = round(metrics["rollout/parse_rate"] * n)
+    typer.echo(json.dumps({"trajectories": n, "parsed": parsed, "out": str(out)}))

@@ -15,7 +15,7 @@ from typing import Any
 
 from kfp import dsl
 
-from gagar.pipeline.components.grader.component import grade
+from gagar.pipeline.components.grade.component import grade
 from gagar.pipeline.components.prepare.component import prepare
 from gagar.pipeline.components.redistribute.component import redistribute
 from gagar.pipeline.components.rollout.component import rollout
