@@ -186,6 +186,8 @@ RL_STEP: tuple[Stage, ...] = (
             ("policy", "prepare", "policy"),
             ("step", "prepare", "step"),
             ("trajectories", "rollout", "trajectories"),
+            ("results", "sandbox", "results"),
+            ("grades", "grade", "grades"),
             ("batch", "redistribute", "batch"),
             ("rollout_metrics", "rollout", "metrics"),
             ("sandbox_metrics", "sandbox", "metrics"),

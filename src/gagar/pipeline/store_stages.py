@@ -182,6 +182,8 @@ def train(
     storage: str,
     policy: str,
     trajectories: str,
+    results: str,
+    grades: str,
     batch: str,
     step: int,
     seed: int,
@@ -199,8 +201,9 @@ def train(
     """Update the policy, publish checkpoint ``step`` to the store, store and push the step's metrics.
 
     The earlier stages' metrics of this step, merged with the update's, go to
-    ``metrics/step-N.json`` in the store, to the Pushgateway when one is given, and as a Markdown
-    summary to ``summary``.
+    ``metrics/step-N.json`` in the store, to the Pushgateway when one is given (with each sandbox
+    run's and each graded group's seconds from ``results`` and ``grades`` for the histograms), and
+    as a Markdown summary to ``summary``.
     """
     from gagar.train.update import OptimConfig
 
@@ -231,18 +234,30 @@ def train(
     merged = {**merge_metrics([*upstream, metrics]), "step": float(step)}
     store.write_step_metrics(storage, step, merged)
     if pushgateway:
-        _push(pushgateway, storage, merged)
+        _push(pushgateway, storage, merged, _observations(results, grades))
     Path(summary).write_text(step_summary(step, merged), encoding="utf-8")
     return metrics
 
 
-def _push(url: str, storage: str, metrics: Mapping[str, float]) -> None:
+def _observations(results: str, grades: str) -> dict[str, list[float]]:
+    from gagar.metrics import step_observations
+    from gagar.records import read_records
+    from gagar.schema.grade import Grade
+    from gagar.schema.result import TestResult
+
+    graded = [g.duration_s for g in read_records(grades, Grade)]
+    return step_observations(read_records(results, TestResult), graded)
+
+
+def _push(
+    url: str, storage: str, metrics: Mapping[str, float], observations: Mapping[str, list[float]]
+) -> None:
     from prometheus_client import CollectorRegistry
 
     from gagar.metrics import build_metrics, push_step, record_step
 
     collectors = build_metrics(CollectorRegistry())
-    record_step(collectors, metrics)
+    record_step(collectors, metrics, observations)
     run = storage.rstrip("/").rpartition("/")[2] or "gagar"
     push_step(url, "gagar-pipeline", collectors.registry, {"run": run})
 

@@ -12,6 +12,8 @@ def train(
     policy: str,
     step: int,
     trajectories: Input[Dataset],
+    results: Input[Dataset],
+    grades: Input[Dataset],
     batch: Input[Dataset],
     rollout_metrics: Input[Metrics],
     sandbox_metrics: Input[Metrics],
@@ -33,6 +35,8 @@ def train(
         policy: the policy the step sampled from (``prepare``'s output).
         step: the RL step; the checkpoint is published as ``checkpoints/step-N``.
         trajectories: the step's trajectories (JSONL).
+        results: their test results (JSONL; each run's seconds feed the sandbox duration histogram).
+        grades: the kept groups' grades (JSONL; each group's seconds feed the grader histogram).
         batch: the train batch with advantages (JSONL).
         rollout_metrics: the rollout task's metrics (merged into the step's record).
         sandbox_metrics: the sandbox task's metrics.
@@ -55,6 +59,8 @@ def train(
             storage=storage,
             policy=policy,
             trajectories=trajectories.path,
+            results=results.path,
+            grades=grades.path,
             batch=batch.path,
             step=step,
             seed=seed,
