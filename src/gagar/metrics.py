@@ -1,8 +1,7 @@
 """Prometheus metrics: every GAGAR metric declared once in :data:`METRICS`, a step recorder, push helpers.
 
-Pipeline steps build the metrics on their own :class:`CollectorRegistry` and push it to a
-Pushgateway (:func:`push_step`); long-running servers expose theirs on ``/metrics``
-(:func:`serve_metrics`). Names follow Prometheus conventions: base units, ``_total`` counters,
+The trainer and the pipeline's train stage build the metrics on their own :class:`CollectorRegistry`
+and push it to a Pushgateway (:func:`push_step`). Names follow Prometheus conventions: base units, ``_total`` counters,
 ``_ratio`` gauges in [0, 1], fixed label names and no trajectory or task ids in labels.
 A metrics failure never stops training unless asked to (``strict=True``).
 """
@@ -15,8 +14,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from http.server import ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 from prometheus_client import (
@@ -26,7 +23,6 @@ from prometheus_client import (
     Histogram,
     delete_from_gateway,
     push_to_gateway,
-    start_http_server,
 )
 
 from gagar.schema.result import Status, TestResult
@@ -42,7 +38,6 @@ __all__ = [
     "finish_run",
     "push_step",
     "record_step",
-    "serve_metrics",
     "step_observations",
 ]
 
@@ -349,14 +344,3 @@ def finish_run(
         log.warning(message)
         return False
     return True
-
-
-def serve_metrics(
-    registry: CollectorRegistry, port: int, addr: str = "127.0.0.1"
-) -> tuple[ThreadingHTTPServer, Thread]:
-    """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
-
-    Returns the server and thread; ``server.shutdown()`` stops it.
-    """
-    server, thread = start_http_server(port, addr=addr, registry=registry)
-    return server, thread

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, start_http_server
 
 from fixtures.services import Prometheus, Pushgateway, free_port, http_get, wait_until
-from gagar.metrics import GagarMetrics, build_metrics, finish_run, push_step, record_step, serve_metrics
+from gagar.metrics import GagarMetrics, build_metrics, finish_run, push_step, record_step
 
 MONITORING = Path(__file__).resolve().parents[2] / "manifests" / "monitoring"
 SCRAPE_WAIT_S = 30.0
@@ -30,7 +30,7 @@ def stack(pushgateway: Pushgateway, tmp_path_factory: pytest.TempPathFactory) ->
     """A gagar metrics server, the Pushgateway, and Prometheus scraping both (with gagar's rules)."""
     metrics = build_metrics(CollectorRegistry())
     port = free_port()
-    server, thread = serve_metrics(metrics.registry, port)
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
     prometheus = Prometheus(
         tmp_path_factory.mktemp("prometheus"),
         targets=[f"127.0.0.1:{port}"],
