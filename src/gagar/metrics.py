@@ -1,8 +1,9 @@
 """Prometheus metrics: every GAGAR metric declared once in :data:`METRICS`, a step recorder, push helpers.
 
-The trainer and the pipeline's train stage build the metrics on their own :class:`CollectorRegistry`
-and push it to a Pushgateway (:func:`push_step`). Names follow Prometheus conventions: base units, ``_total`` counters,
-``_ratio`` gauges in [0, 1], fixed label names and no trajectory or task ids in labels.
+The trainer and the pipeline's train stage build the metrics on their own
+:class:`CollectorRegistry` and push it to a Pushgateway (:func:`push_step`). Names follow
+Prometheus conventions: base units, ``_total`` counters, ``_ratio`` gauges in [0, 1], fixed label
+names and no trajectory or task ids in labels.
 A metrics failure never stops training unless asked to (``strict=True``).
 """
 
