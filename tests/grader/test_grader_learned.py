@@ -40,6 +40,7 @@ def _tau(line: str) -> float:
     return float(line.split("Kendall tau ")[1].split(",")[0])
 
 
+@pytest.mark.slow  # SFT of the learned grader, then an evaluation
 def test_sft_then_eval_on_held_out_tasks(task_files: tuple[Path, Path], tmp_path: Path) -> None:
     train, heldout = task_files
     model = tmp_path / "model"

@@ -13,6 +13,8 @@ from gagar.records import read_records
 from gagar.train.checkpoint import CheckpointManager
 from gagar.train.update import OptimConfig
 
+pytestmark = pytest.mark.slow  # a whole RL step through the stage functions
+
 
 @pytest.fixture(scope="module")
 def step_dir(tmp_path_factory, tasks_file, trajectories_file):

@@ -25,6 +25,8 @@ from gagar.train.loss import pack_sequences, response_logprobs
 from gagar.train.trainer import Trainer
 from gagar.train.update import OptimConfig
 
+pytestmark = pytest.mark.slow  # LoRA training runs end to end
+
 torch.set_num_threads(1)
 
 LORA = {"enabled": True, "rank": 4, "alpha": 8}
