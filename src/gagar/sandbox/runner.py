@@ -28,7 +28,7 @@ class BackendName(StrEnum):
 def make_backend(name: BackendName, workers: int | None = None) -> SandboxBackend:
     """The backend called ``name``; the Kubernetes one is imported only when asked for."""
     if name == BackendName.KUBERNETES:
-        from gagar.sandbox.kubernetes import KubernetesBackend, KubernetesSandboxConfig
+        from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
 
         return KubernetesBackend(KubernetesSandboxConfig())
     from gagar.sandbox.local import LocalBackend
