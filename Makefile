@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/local
 
-.PHONY: run test install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
+.PHONY: run test test-fast check-wheel install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,19 @@ lint: install-dev
 
 test: install-dev system-deps lint
 	$(BIN)/pytest
+
+# The unit tiers only: lint, then every test not marked slow (end-to-end runs) or cluster.
+test-fast: install-dev lint
+	$(BIN)/pytest -m "not slow and not cluster" -q
+
+WHEEL_VENV ?= .work/wheel-venv
+
+# Build the wheel, install it in a fresh venv and compile both targets from outside the checkout.
+check-wheel: $(BIN)/python
+	rm -rf dist $(WHEEL_VENV) && $(BIN)/pip wheel --no-deps -q -w dist .
+	$(PYTHON) -m venv $(WHEEL_VENV) && $(WHEEL_VENV)/bin/pip install -q "$$(ls dist/gagar-*.whl)[kfp,argo]"
+	cd / && $(abspath $(WHEEL_VENV))/bin/gagar pipeline compile --out $(abspath $(WHEEL_VENV))/rl.yaml
+	cd / && $(abspath $(WHEEL_VENV))/bin/gagar pipeline compile --target argo --out $(abspath $(WHEEL_VENV))/argo.yaml
 
 VLLM_VENV ?= .venv-vllm
 

@@ -19,16 +19,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gagar.policy.adapter import publish_adapter
 from gagar.policy.generation import HFBackend
 from gagar.policy.model import load_policy
 from gagar.policy.rollout import rollout
 from gagar.policy.sft import SFTConfig, train_sft
-from gagar.policy.trajectory import SamplingParams
 from gagar.records import write_records
-from gagar.stages import BatchEntry
+from gagar.schema.batch import BatchEntry
+from gagar.schema.trajectory import SamplingParams
+from gagar.stages import train_stage
 from gagar.tasks.generate import generate_tasks
-from gagar.train.lora import LoraSettings, publish_adapter
-from gagar.train.update import OptimConfig, run_update
+from gagar.train.lora import LoraSettings
+from gagar.train.update import OptimConfig
 
 
 def _dir_bytes(path: Path) -> int:
@@ -76,7 +78,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name, lora in arms.items():
             start = time.perf_counter()
-            metrics = run_update(
+            metrics = train_stage(
                 policy=policy,
                 trajectories=[trajectories],
                 batch=batch,

@@ -24,8 +24,8 @@ from gagar.policy.model import build_model, load_policy, save_policy
 from gagar.policy.openai_backend import OpenAIBackend
 from gagar.policy.server import running_server
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.trajectory import SamplingParams
 from gagar.policy.vllm_server import find_vllm_python, start_policy_server
+from gagar.schema.trajectory import SamplingParams
 
 
 def tokens_per_second(

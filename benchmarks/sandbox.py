@@ -32,9 +32,9 @@ from pathlib import Path
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import apply_patch, file_diff
-from gagar.sandbox.results import Status
 from gagar.sandbox.workspace import materialize
-from gagar.tasks.schema import Task
+from gagar.schema.result import Status
+from gagar.schema.task import Task
 
 CONFIGS = ("bare", "judge", "hardened")
 

@@ -10,10 +10,10 @@ import time
 from collections.abc import Mapping
 from multiprocessing import Pool
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff
 from gagar.tasks.generate import generate_tasks, summary_line
-from gagar.tasks.schema import Task
 from gagar.tasks.testrun import run_pytest
 
 

@@ -36,8 +36,8 @@ from gagar.policy.generation import sequence_logprobs
 from gagar.policy.model import ModelSize, build_model, save_policy
 from gagar.policy.openai_backend import OpenAIBackend
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.trajectory import SamplingParams
 from gagar.policy.vllm_server import PolicyServer, start_policy_server, swap_adapter
+from gagar.schema.trajectory import SamplingParams
 
 _CODE = (
     "def area(r):\n    return 3.14159 * r * r\n\n\n"

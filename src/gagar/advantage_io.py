@@ -8,11 +8,13 @@ import numpy as np
 from pydantic import model_validator
 
 from gagar.advantage import (
+    AdvantageConfig,
+    AdvantageInputs,
     Decay,
+    Estimator,
+    compute_advantages,
     credit_moved_ratio,
-    grpo_advantages,
     keep_mixed_groups,
-    redistribute,
 )
 from gagar.records import Record, read_records
 
@@ -61,24 +63,20 @@ def advantages_for_records(
     floor: float = 0.1,
     norm_std: bool = True,
 ) -> list[AdvantageRecord]:
-    """Copies of ``records`` with ``grpo_advantage`` and ``gagar_advantage`` filled in."""
+    """Copies of ``records`` with ``grpo_advantage`` and ``gagar_advantage`` filled in (both through
+    the estimator registry, :func:`gagar.advantage.compute_advantages`)."""
     if not records:
         return []
-    groups = np.array([str(r.group_id) for r in records])
-    passed = np.array([r.passed for r in records], dtype=float)
-    ranks = np.array([np.nan if r.rank is None else r.rank for r in records])
     scores = np.array([np.nan if r.score is None else r.score for r in records])
-    base = grpo_advantages(passed, groups, norm_std=norm_std)
-    new = redistribute(
-        base,
-        passed,
-        groups,
-        ranks,
-        decay=decay,
-        gamma=gamma,
-        floor=floor,
+    inputs = AdvantageInputs(
+        rewards=np.array([r.passed for r in records], dtype=float),
+        group_ids=np.array([str(r.group_id) for r in records]),
+        ranks=np.array([np.nan if r.rank is None else r.rank for r in records]),
         scores=scores if Decay(decay) is Decay.SCORE else None,
     )
+    config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
+    base, _ = compute_advantages(Estimator.GRPO, inputs, config)
+    new, _ = compute_advantages(Estimator.GAGAR, inputs, config)
     return [
         r.model_copy(update={"grpo_advantage": float(b), "gagar_advantage": float(g)})
         for r, b, g in zip(records, base, new, strict=True)

@@ -77,7 +77,7 @@ def prepare(
     """Build (or reuse) the task sets and the SFT policy of the embedded default under ``work_dir``."""
     from gagar.policy.sft import train_sft
     from gagar.records import read_records
-    from gagar.tasks.schema import Task
+    from gagar.schema.task import Task
 
     s = settings or EmbeddedSettings()
     work = Path(work_dir)

@@ -1,9 +1,9 @@
-"""Prometheus metrics: every GAGAR metric declared once, a step recorder, push and scrape helpers.
+"""Prometheus metrics: every GAGAR metric declared once in :data:`METRICS`, a step recorder, push helpers.
 
-Pipeline steps build the metrics on their own :class:`CollectorRegistry` and push it to a
-Pushgateway (:func:`push_step`); long-running servers expose theirs on ``/metrics``
-(:func:`serve_metrics`). Names follow Prometheus conventions: base units, ``_total`` counters,
-``_ratio`` gauges in [0, 1], fixed label names and no trajectory or task ids in labels.
+The trainer and the pipeline's train stage build the metrics on their own
+:class:`CollectorRegistry` and push it to a Pushgateway (:func:`push_step`). Names follow
+Prometheus conventions: base units, ``_total`` counters, ``_ratio`` gauges in [0, 1], fixed label
+names and no trajectory or task ids in labels.
 A metrics failure never stops training unless asked to (``strict=True``).
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from http.server import ThreadingHTTPServer
-from threading import Thread
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,18 +24,22 @@ from prometheus_client import (
     Histogram,
     delete_from_gateway,
     push_to_gateway,
-    start_http_server,
 )
+
+from gagar.schema.result import Status, TestResult
 
 __all__ = [
     "LATENCY_BUCKETS_S",
+    "METRICS",
     "GagarMetrics",
+    "Kind",
+    "Metric",
     "MetricsPushError",
     "build_metrics",
     "finish_run",
     "push_step",
     "record_step",
-    "serve_metrics",
+    "step_observations",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,44 +48,168 @@ LATENCY_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 60
 """Histogram buckets (seconds) for sandbox, grader and step latencies: 100 ms up to an hour."""
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9_]{1,40}$")
-_RATIOS = ("rollout/resolved_rate", "credit/moved_ratio", "sandbox/hack_ratio")
-_STATUSES = frozenset({"passed", "failed", "error", "timeout", "infra_error", "hack"})
-"""The sandbox statuses (:class:`gagar.sandbox.results.Status`), kept here so metrics import no sandbox."""
+_STATUSES = tuple(s.value for s in Status)
 
 
 class MetricsPushError(RuntimeError):
     """The Pushgateway could not be reached or refused the push."""
 
 
+class Kind(StrEnum):
+    """How a step key feeds its collector."""
+
+    COUNTER = "counter"
+    """``inc`` by the key's value (a per-step count)."""
+    GAUGE = "gauge"
+    """``set`` to the key's value."""
+    RATIO = "ratio"
+    """A gauge ``set`` to a value that must lie in [0, 1]."""
+    HISTOGRAM = "histogram"
+    """``observe`` the key's value, or each of its observations (:func:`record_step`)."""
+    TIMESTAMP = "timestamp"
+    """A gauge ``set`` to the time the key was recorded."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One Prometheus metric and the step key that feeds it.
+
+    ``key`` is a step-metrics key (``grader/fallbacks/<reason>``): a trailing ``<label>`` segment
+    stands for any value of that label, which must be one of ``values`` when they are given.
+    """
+
+    name: str
+    kind: Kind
+    key: str
+    help: str
+    values: tuple[str, ...] | None = None
+
+    @property
+    def label(self) -> str | None:
+        """The label the key's last segment fills, if any."""
+        last = self.key.rpartition("/")[2]
+        return last[1:-1] if last.startswith("<") and last.endswith(">") else None
+
+    def match(self, key: str) -> str | None:
+        """The label value ``key`` carries for this metric ("" for an unlabelled match), else None."""
+        if self.label is None:
+            return "" if key == self.key else None
+        prefix = self.key.rpartition("/")[0] + "/"
+        if not key.startswith(prefix):
+            return None
+        value = key[len(prefix) :]
+        if self.values is not None and value not in self.values:
+            return None
+        if not _LABEL_VALUE.match(value):
+            raise ValueError(f"metric key {key!r}: label value {value!r} must match {_LABEL_VALUE.pattern}")
+        return value
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("gagar_train_step", Kind.GAUGE, "step", "Last completed RL step."),
+    Metric(
+        "gagar_train_last_step_timestamp_seconds",
+        Kind.TIMESTAMP,
+        "step",
+        "Unix time the last RL step completed.",
+    ),
+    Metric(
+        "gagar_resolved_ratio",
+        Kind.RATIO,
+        "rollout/resolved_rate",
+        "Fraction of the last step's trajectories that resolved their task (infra errors excluded).",
+    ),
+    Metric(
+        "gagar_trajectories_total",
+        Kind.COUNTER,
+        "sandbox/<status>",
+        "Trajectories evaluated, by test status.",
+        _STATUSES,
+    ),
+    Metric(
+        "gagar_sandbox_evaluations_total",
+        Kind.COUNTER,
+        "sandbox/<status>",
+        "Sandboxed test runs, by status.",
+        _STATUSES,
+    ),
+    Metric(
+        "gagar_sandbox_duration_seconds",
+        Kind.HISTOGRAM,
+        "sandbox/duration_s/<status>",
+        "Wall time of one sandboxed test run, by status.",
+        _STATUSES,
+    ),
+    Metric(
+        "gagar_sandbox_hacks_total",
+        Kind.COUNTER,
+        "sandbox/hacks/<kind>",
+        "Evaluations judged a reward hack, by kind (one evaluation may count under several kinds).",
+    ),
+    Metric(
+        "gagar_sandbox_hack_ratio",
+        Kind.RATIO,
+        "sandbox/hack_ratio",
+        "Fraction of the last step's evaluations judged a reward hack (infra errors excluded).",
+    ),
+    Metric(
+        "gagar_groups_kept_total",
+        Kind.COUNTER,
+        "sampling/groups_kept",
+        "Groups kept by dynamic sampling (mixed pass/fail).",
+    ),
+    Metric(
+        "gagar_groups_dropped_total",
+        Kind.COUNTER,
+        "sampling/dropped/<reason>",
+        "Groups dropped by dynamic sampling, by reason.",
+    ),
+    Metric(
+        "gagar_grader_fallbacks_total",
+        Kind.COUNTER,
+        "grader/fallbacks/<reason>",
+        "Groups whose grade was invalid or failed and fell back to GRPO advantages, by reason.",
+    ),
+    Metric(
+        "gagar_grader_duration_seconds", Kind.HISTOGRAM, "grader/group_duration_s", "Time to grade one group."
+    ),
+    Metric(
+        "gagar_credit_moved_ratio",
+        Kind.RATIO,
+        "credit/moved_ratio",
+        "Share of passing advantage mass the grader moved between trajectories in the last step.",
+    ),
+    Metric(
+        "gagar_train_loss", Kind.GAUGE, "loss/<term>", "Loss of the last step, by term (policy, kl, total)."
+    ),
+    Metric(
+        "gagar_train_tokens_per_second",
+        Kind.GAUGE,
+        "perf/tokens_per_s",
+        "Training throughput of the last step.",
+    ),
+    Metric(
+        "gagar_rl_step_duration_seconds", Kind.HISTOGRAM, "perf/step_s", "Wall time of one whole RL step."
+    ),
+)
+"""Every GAGAR metric, once: adding a metric is adding an entry here (and a row in docs/metrics.md)."""
+
+
 @dataclass(frozen=True)
 class GagarMetrics:
-    """The collectors of one registry; build with :func:`build_metrics`."""
+    """The collectors of :data:`METRICS` on one registry; build with :func:`build_metrics`."""
 
     registry: CollectorRegistry
-    trajectories_total: Counter
-    resolved_ratio: Gauge
-    groups_kept_total: Counter
-    groups_dropped_total: Counter
-    credit_moved_ratio: Gauge
-    grader_fallbacks_total: Counter
-    grader_duration_seconds: Histogram
-    sandbox_evaluations_total: Counter
-    sandbox_duration_seconds: Histogram
-    sandbox_hacks_total: Counter
-    sandbox_hack_ratio: Gauge
-    train_step: Gauge
-    train_last_step_timestamp_seconds: Gauge
-    train_loss: Gauge
-    train_tokens_per_second: Gauge
-    rl_step_duration_seconds: Histogram
+    collectors: Mapping[str, Counter | Gauge | Histogram]
+    """Collector of each metric, by its Prometheus name."""
+
+    def __getitem__(self, name: str) -> Counter | Gauge | Histogram:
+        return self.collectors[name]
 
     def series_names(self) -> set[str]:
         """Every series name these collectors can expose (``_total``, ``_bucket``, ... included)."""
         names: set[str] = set()
-        for f in fields(self):
-            collector = getattr(self, f.name)
-            if isinstance(collector, CollectorRegistry):
-                continue
+        for collector in self.collectors.values():
             for family in collector.describe():
                 if family.type == "counter":
                     names |= {f"{family.name}_total", f"{family.name}_created"}
@@ -93,135 +221,86 @@ class GagarMetrics:
 
 
 def build_metrics(registry: CollectorRegistry | None = None) -> GagarMetrics:
-    """Declare every GAGAR metric on ``registry`` (a fresh one when None)."""
+    """Declare every metric of :data:`METRICS` on ``registry`` (a fresh one when None)."""
     reg = registry if registry is not None else CollectorRegistry()
-
-    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
-        return Counter(name, doc, labels, registry=reg)
-
-    def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
-        return Gauge(name, doc, labels, registry=reg)
-
-    def hist(name: str, doc: str, labels: tuple[str, ...] = ()) -> Histogram:
-        return Histogram(name, doc, labels, registry=reg, buckets=LATENCY_BUCKETS_S)
-
-    return GagarMetrics(
-        registry=reg,
-        trajectories_total=counter(
-            "gagar_trajectories_total", "Trajectories evaluated, by test status.", ("status",)
-        ),
-        resolved_ratio=gauge(
-            "gagar_resolved_ratio",
-            "Fraction of the last step's trajectories that resolved their task (infra errors excluded).",
-        ),
-        groups_kept_total=counter(
-            "gagar_groups_kept_total", "Groups kept by dynamic sampling (mixed pass/fail)."
-        ),
-        groups_dropped_total=counter(
-            "gagar_groups_dropped_total", "Groups dropped by dynamic sampling, by reason.", ("reason",)
-        ),
-        credit_moved_ratio=gauge(
-            "gagar_credit_moved_ratio",
-            "Share of passing advantage mass the grader moved between trajectories in the last step.",
-        ),
-        grader_fallbacks_total=counter(
-            "gagar_grader_fallbacks_total",
-            "Groups whose grade was invalid or failed and fell back to GRPO advantages, by reason.",
-            ("reason",),
-        ),
-        grader_duration_seconds=hist("gagar_grader_duration_seconds", "Time to grade one group."),
-        sandbox_evaluations_total=counter(
-            "gagar_sandbox_evaluations_total", "Sandboxed test runs, by status.", ("status",)
-        ),
-        sandbox_duration_seconds=hist(
-            "gagar_sandbox_duration_seconds", "Wall time of one sandboxed test run, by status.", ("status",)
-        ),
-        sandbox_hacks_total=counter(
-            "gagar_sandbox_hacks_total",
-            "Evaluations judged a reward hack, by kind (one evaluation may count under several kinds).",
-            ("kind",),
-        ),
-        sandbox_hack_ratio=gauge(
-            "gagar_sandbox_hack_ratio",
-            "Fraction of the last step's evaluations judged a reward hack (infra errors excluded).",
-        ),
-        train_step=gauge("gagar_train_step", "Last completed RL step."),
-        train_last_step_timestamp_seconds=gauge(
-            "gagar_train_last_step_timestamp_seconds", "Unix time the last RL step completed."
-        ),
-        train_loss=gauge(
-            "gagar_train_loss", "Loss of the last step, by term (policy, kl, total).", ("term",)
-        ),
-        train_tokens_per_second=gauge(
-            "gagar_train_tokens_per_second", "Training throughput of the last step."
-        ),
-        rl_step_duration_seconds=hist("gagar_rl_step_duration_seconds", "Wall time of one whole RL step."),
-    )
+    collectors: dict[str, Counter | Gauge | Histogram] = {}
+    for metric in METRICS:
+        labels = (metric.label,) if metric.label else ()
+        if metric.kind is Kind.COUNTER:
+            collectors[metric.name] = Counter(metric.name, metric.help, labels, registry=reg)
+        elif metric.kind is Kind.HISTOGRAM:
+            collectors[metric.name] = Histogram(
+                metric.name, metric.help, labels, registry=reg, buckets=LATENCY_BUCKETS_S
+            )
+        else:
+            collectors[metric.name] = Gauge(metric.name, metric.help, labels, registry=reg)
+    return GagarMetrics(registry=reg, collectors=collectors)
 
 
-def _label(key: str, value: str) -> str:
-    if not _LABEL_VALUE.match(value):
-        raise ValueError(f"metric key {key!r}: label value {value!r} must match {_LABEL_VALUE.pattern}")
-    return value
+def _feed(collector: Any, metric: Metric, key: str, value: float | Sequence[float], now: float) -> None:
+    observations = [float(v) for v in value] if isinstance(value, Sequence) else [float(value)]
+    if metric.kind in (Kind.COUNTER, Kind.HISTOGRAM) and any(v < 0 for v in observations):
+        raise ValueError(f"metric key {key!r}: a count or duration cannot be negative, got {value}")
+    if metric.kind is Kind.RATIO and not all(0.0 <= v <= 1.0 for v in observations):
+        raise ValueError(f"metric key {key!r}: a ratio must lie in [0, 1], got {value}")
+    if metric.kind is Kind.HISTOGRAM:
+        for v in observations:
+            collector.observe(v)
+    elif len(observations) != 1:
+        raise ValueError(f"metric key {key!r}: {metric.kind.value} takes one number, got {len(observations)}")
+    elif metric.kind is Kind.COUNTER:
+        collector.inc(observations[0])
+    elif metric.kind is Kind.TIMESTAMP:
+        collector.set(now)
+    else:
+        collector.set(observations[0])
 
 
-def _count(key: str, value: float) -> float:
-    if value < 0:
-        raise ValueError(f"metric key {key!r}: a count cannot be negative, got {value}")
-    return value
+def record_step(
+    m: GagarMetrics,
+    values: Mapping[str, float],
+    observations: Mapping[str, Sequence[float]] | None = None,
+    *,
+    now: float | None = None,
+) -> list[str]:
+    """Feed one step's metrics into the collectors of :data:`METRICS`; return the keys that feed none.
 
-
-def record_step(m: GagarMetrics, values: Mapping[str, float], *, now: float | None = None) -> list[str]:
-    """Map one trainer step's metric dict onto the collectors; return the keys that map to nothing.
-
-    Keys: ``step``, ``rollout/resolved_rate``, ``rollout/trajectories/<status>``,
-    ``sampling/groups_kept``, ``sampling/dropped/<reason>``, ``grader/fallbacks`` and
-    ``grader/fallbacks/<reason>``, ``credit/moved_ratio``, ``loss/<term>``, ``perf/tokens_per_s``,
-    ``perf/step_s``, ``sandbox/<status>`` (counts), ``sandbox/hacks/<kind>`` (counts),
-    ``sandbox/hack_ratio``. Counts are per-step increments.
+    ``values`` is the step's metric dict (counts are per-step increments); ``observations`` holds
+    the per-item samples of histogram keys (:func:`step_observations`). A key may feed several
+    metrics; each metric is fed only by its own key.
 
     Raises:
-        ValueError: a negative count, a ratio outside [0, 1], or a label value that is not a short
-            lowercase identifier (ids never become labels).
+        ValueError: a negative count or duration, a ratio outside [0, 1], or a label value that is
+            not a short lowercase identifier (ids never become labels), naming the key.
     """
+    at = time.time() if now is None else now
     unknown = []
-    for key, raw in values.items():
-        value = float(raw)
-        head, _, rest = key.partition("/")
-        if key in _RATIOS and not 0.0 <= value <= 1.0:
-            raise ValueError(f"metric key {key!r}: a ratio must lie in [0, 1], got {value}")
-        if key == "step":
-            m.train_step.set(value)
-            m.train_last_step_timestamp_seconds.set(time.time() if now is None else now)
-        elif key == "rollout/resolved_rate":
-            m.resolved_ratio.set(value)
-        elif key.startswith("rollout/trajectories/"):
-            m.trajectories_total.labels(_label(key, key.rsplit("/", 1)[1])).inc(_count(key, value))
-        elif key == "sampling/groups_kept":
-            m.groups_kept_total.inc(_count(key, value))
-        elif key.startswith("sampling/dropped/"):
-            m.groups_dropped_total.labels(_label(key, key.rsplit("/", 1)[1])).inc(_count(key, value))
-        elif key == "grader/fallbacks":
-            m.grader_fallbacks_total.labels("unspecified").inc(_count(key, value))
-        elif key.startswith("grader/fallbacks/"):
-            m.grader_fallbacks_total.labels(_label(key, key.rsplit("/", 1)[1])).inc(_count(key, value))
-        elif key == "credit/moved_ratio":
-            m.credit_moved_ratio.set(value)
-        elif head == "loss" and rest:
-            m.train_loss.labels(_label(key, rest)).set(value)
-        elif key == "perf/tokens_per_s":
-            m.train_tokens_per_second.set(value)
-        elif key == "perf/step_s":
-            m.rl_step_duration_seconds.observe(_count(key, value))
-        elif key == "sandbox/hack_ratio":
-            m.sandbox_hack_ratio.set(value)
-        elif key.startswith("sandbox/hacks/"):
-            m.sandbox_hacks_total.labels(_label(key, key.rsplit("/", 1)[1])).inc(_count(key, value))
-        elif head == "sandbox" and rest in _STATUSES:
-            m.sandbox_evaluations_total.labels(rest).inc(_count(key, value))
-        else:
+    items: list[tuple[str, float | Sequence[float]]] = [*values.items(), *(observations or {}).items()]
+    for key, value in items:
+        fed = False
+        for metric in METRICS:
+            label = metric.match(key)
+            if label is None:
+                continue
+            collector: Any = m[metric.name]
+            _feed(collector.labels(label) if label else collector, metric, key, value, at)
+            fed = True
+        if not fed:
             unknown.append(key)
     return unknown
+
+
+def step_observations(
+    results: Iterable[TestResult], grade_durations_s: Iterable[float] = ()
+) -> dict[str, list[float]]:
+    """One step's histogram samples: each sandbox run's seconds by status, each group's grading seconds."""
+    out: dict[str, list[float]] = {}
+    for r in results:
+        out.setdefault(f"sandbox/duration_s/{r.status.value}", []).append(r.duration_s)
+    graded = list(grade_durations_s)
+    if graded:
+        out["grader/group_duration_s"] = graded
+    return out
 
 
 def push_step(
@@ -266,14 +345,3 @@ def finish_run(
         log.warning(message)
         return False
     return True
-
-
-def serve_metrics(
-    registry: CollectorRegistry, port: int, addr: str = "127.0.0.1"
-) -> tuple[ThreadingHTTPServer, Thread]:
-    """Serve ``registry`` on ``http://addr:port/metrics`` from a daemon thread.
-
-    Returns the server and thread; ``server.shutdown()`` stops it.
-    """
-    server, thread = start_http_server(port, addr=addr, registry=registry)
-    return server, thread

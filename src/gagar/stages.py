@@ -1,9 +1,10 @@
-"""One plain function per pipeline stage: paths and parameters in, files and a metrics dict out.
+"""The I/O layer: one function per pipeline stage that reads its inputs, calls its step function
+in :mod:`gagar.rl_step`, and writes its outputs (paths and parameters in, files and a metrics dict out).
 
-The KFP components in ``components/<stage>/`` are thin wrappers around these functions, and the
-in-process trainer (:mod:`gagar.train.trainer`) calls them directly; there is no other place a
-stage's logic lives. Every output file is written atomically, so a stage that dies leaves either
-its previous output or none.
+The CLI commands (``gagar rollout``, ``sandbox run``, ``grade``), the KFP components (through
+:mod:`gagar.pipeline.store_stages`, which adds the artifact store) and the Argo entry point all call these;
+no stage's logic lives anywhere else. Every output file is written atomically, so a stage that
+dies leaves either its previous output or none.
 
 Stages and their files, for one RL step::
 
@@ -19,47 +20,32 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+from gagar import rl_step
+from gagar.advantage import AdvantageConfig, Decay, Estimator
+from gagar.records import read_records, write_records
+from gagar.schema.batch import BatchEntry
+from gagar.schema.grade import Grade
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 
-from gagar.advantage import (
-    AdvantageConfig,
-    AdvantageInputs,
-    Decay,
-    Estimator,
-    GenerationBatch,
-    assemble_batch,
-    compute_advantages,
-)
-from gagar.records import Record, read_records, write_records
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+if TYPE_CHECKING:
+    from gagar.grader.run import GraderKind
+    from gagar.sandbox.runner import BackendName
+    from gagar.train.lora import LoraSettings
+    from gagar.train.update import OptimConfig
 
 __all__ = [
-    "BatchEntry",
-    "generation_batch",
     "grade_stage",
     "redistribute_stage",
     "rollout_stage",
-    "sandbox_metrics",
     "sandbox_stage",
-    "select_tasks",
     "train_stage",
 ]
 
 PathLike = str | os.PathLike[str]
-
-
-# --------------------------------------------------------------------------- rollout
-
-
-def select_tasks(tasks: Sequence[Task], n: int, *, seed: int, step: int, gen_batch: int) -> list[Task]:
-    """``n`` distinct tasks for generation batch ``gen_batch`` of ``step``, the same for the same seed."""
-    if not tasks:
-        raise ValueError("the task file holds no tasks")
-    rng = np.random.default_rng([seed, step, gen_batch])
-    picked = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
-    return [tasks[int(i)] for i in picked]
 
 
 def rollout_stage(
@@ -69,7 +55,7 @@ def rollout_stage(
     out: PathLike,
     step: int,
     gen_batch: int = 0,
-    groups: int = 8,
+    groups: int | None = 8,
     group_size: int = 8,
     seed: int = 0,
     temperature: float = 1.0,
@@ -80,44 +66,19 @@ def rollout_stage(
     model_name: str | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
-    """Sample ``group_size`` answers for each of ``groups`` tasks and write them as trajectories."""
-    from gagar.policy.rollout import make_backend, rollout
-    from gagar.policy.trajectory import SamplingParams
+    """Sample ``group_size`` answers for each of ``groups`` tasks drawn for this generation batch (every
+    task, in file order, when ``groups`` is None) and write them as trajectories."""
+    from gagar.policy.rollout import make_backend
     from gagar.tasks.loaders import load_tasks
 
-    chosen = select_tasks(load_tasks(tasks), groups, seed=seed, step=step, gen_batch=gen_batch)
     generator, tokenizer = make_backend(str(policy), backend, endpoint=endpoint, model_name=model_name)
-    params = SamplingParams(
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        seed=seed * 1_000_003 + step * 1_009 + gen_batch,
-    )
-    trajectories = list(
-        rollout(
-            chosen,
-            generator,
-            tokenizer,
-            group_size,
-            params,
-            step=step,
-            gen_batch=gen_batch,
-            policy_version=model_name or str(policy),
-            progress=progress,
-        )
-    )
+    trajectories = rl_step.rollout(
+        generator, tokenizer, load_tasks(tasks), step=step, gen_batch=gen_batch, groups=groups,
+        group_size=group_size, seed=seed, temperature=temperature, top_p=top_p,
+        max_new_tokens=max_new_tokens, policy_version=model_name or str(policy), progress=progress,
+    )  # fmt: skip
     write_records(out, trajectories)
-    n = len(trajectories)
-    parsed = sum(t.parse_error is None for t in trajectories)
-    tokens = sum(t.n_response_tokens for t in trajectories)
-    return {
-        "rollout/trajectories": float(n),
-        "rollout/parse_rate": parsed / n if n else 0.0,
-        "rollout/response_tokens_mean": tokens / n if n else 0.0,
-    }
-
-
-# --------------------------------------------------------------------------- sandbox
+    return rl_step.rollout_metrics(trajectories)
 
 
 def sandbox_stage(
@@ -125,98 +86,43 @@ def sandbox_stage(
     tasks: PathLike,
     trajectories: PathLike,
     out: PathLike,
-    backend: str = "local",
+    backend: BackendName | str = "local",
     workers: int | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
-    """Run every trajectory's patch against its task's tests; write one TestResult each."""
+    """Run every trajectory's (or SWE-bench prediction's) patch against its task's tests; write one
+    TestResult each."""
     from tqdm import tqdm
 
-    from gagar.sandbox.runner import BackendName, evaluate_to_file, load_jobs, make_backend
+    from gagar.sandbox.base import Prediction
+    from gagar.sandbox.runner import BackendName, make_backend
 
-    jobs = load_jobs(tasks, trajectories)
+    predictions = read_records(trajectories, Prediction)
     sandbox = make_backend(BackendName(backend), workers)
-    with tqdm(total=len(jobs), desc="sandbox", unit="eval", disable=not progress) as bar:
-        results = evaluate_to_file(jobs, out, sandbox, on_result=lambda _: bar.update(1))
-    return sandbox_metrics(results)
+    with tqdm(total=len(predictions), desc="sandbox", unit="eval", disable=not progress) as bar:
+        results = rl_step.evaluate(read_records(tasks, Task), predictions, sandbox, lambda _: bar.update(1))
+    write_records(out, results)
+    return rl_step.sandbox_metrics(results)
 
 
-def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
-    """``sandbox/…`` counts by status and by hack kind, the hack ratio and the resolved rate (infra
-    errors excluded from both), and mean duration."""
-    n = len(results)
-    counted = [r for r in results if r.status is not Status.INFRA_ERROR]
-    metrics = {f"sandbox/{s.value}": float(sum(r.status is s for r in results)) for s in Status}
-    for kind in HackKind:
-        metrics[f"sandbox/hacks/{kind.value}"] = float(
-            sum(any(f.kind is kind for f in r.hacks) for r in results)
-        )
-    hacks = sum(r.status is Status.HACK for r in counted)
-    metrics["sandbox/hack_ratio"] = hacks / len(counted) if counted else 0.0
-    metrics["sandbox/evaluations"] = float(n)
-    metrics["sandbox/duration_s_mean"] = sum(r.duration_s for r in results) / n if n else 0.0
-    metrics["rollout/resolved_rate"] = sum(r.resolved for r in counted) / len(counted) if counted else 0.0
-    return metrics
-
-
-# --------------------------------------------------------------------------- dynamic sampling
-
-
-def generation_batch(trajectories: PathLike, results: PathLike) -> tuple[list[str], GenerationBatch]:
-    """Trajectory ids and the :class:`GenerationBatch` of one generation batch's files."""
-    from gagar.policy.trajectory import Trajectory
-
-    trajs = read_records(trajectories, Trajectory)
-    by_id = {r.trajectory_id: r for r in read_records(results, TestResult)}
-    missing = [t.trajectory_id for t in trajs if t.trajectory_id not in by_id]
-    if missing:
-        raise ValueError(f"{results}: no result for trajectory {missing[0]!r} ({len(missing)} missing)")
-    outcome = [by_id[t.trajectory_id] for t in trajs]
-    batch = GenerationBatch(
-        rewards=np.array([float(r.resolved) for r in outcome]),
-        group_ids=np.array([t.group_id for t in trajs]),
-        infra_error=np.array([r.status is Status.INFRA_ERROR for r in outcome]),
-    )
-    return [t.trajectory_id for t in trajs], batch
-
-
-def _keep(
-    batches: Sequence[tuple[list[str], GenerationBatch]], train_batch_groups: int
-) -> tuple[list[tuple[str, int]], dict[str, float]]:
-    """(trajectory id, generation batch) of every kept trajectory, and the ``sampling/…`` metrics."""
-    assembly = assemble_batch(
-        (b for _, b in batches), train_batch_groups=train_batch_groups, max_gen_batches=max(len(batches), 1)
-    )
-    kept = [
-        (tid, b)
-        for b, ((ids, _), mask) in enumerate(zip(batches, assembly.keep, strict=False))
-        for tid, k in zip(ids, mask, strict=True)
-        if k
-    ]
-    return kept, {**assembly.counts.as_metrics(), "sampling/batch_full": float(assembly.full)}
-
-
-def _load_batches(
-    trajectories: Sequence[PathLike], results: Sequence[PathLike]
-) -> list[tuple[list[str], GenerationBatch]]:
+def _select(
+    trajectories: Sequence[PathLike], results: Sequence[PathLike], train_batch_groups: int
+) -> rl_step.Selection:
+    """Dynamic sampling over the generation batches in these files (one trajectories and one results
+    file per batch)."""
     if len(trajectories) != len(results):
         raise ValueError(f"{len(trajectories)} trajectory files but {len(results)} result files")
-    return [generation_batch(t, r) for t, r in zip(trajectories, results, strict=True)]
-
-
-class BatchEntry(Record):
-    """One trajectory of the train batch with the advantage the update will use."""
-
-    trajectory_id: str
-    group_id: str
-    gen_batch: int
-    reward: float
-    advantage: float
-    grpo_advantage: float
-    rank: float | None = None
-
-
-# --------------------------------------------------------------------------- grade
+    batches = []
+    for t_path, r_path in zip(trajectories, results, strict=True):
+        try:
+            batches.append(
+                rl_step.generation_batch(read_records(t_path, Trajectory), read_records(r_path, TestResult))
+            )
+        except ValueError as exc:
+            raise ValueError(f"{r_path}: {exc}") from None
+    return rl_step.select(
+        batches, train_batch_groups=train_batch_groups, max_gen_batches=max(len(batches), 1)
+    )
 
 
 def grade_stage(
@@ -226,35 +132,52 @@ def grade_stage(
     results: Sequence[PathLike],
     out: PathLike,
     workspace: PathLike,
-    grader: str = "heuristic",
+    grader: GraderKind | str = "heuristic",
     grader_model: PathLike | None = None,
     endpoint: str | None = None,
+    model: str | None = None,
+    api: str = "chat",
+    max_steps: int = 8,
+    timeout_s: float = 300.0,
+    position_guard: float | None = None,
+    repos_dir: PathLike | None = None,
     train_batch_groups: int | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
     """Rank the passing trajectories of each group dynamic sampling keeps; write one Grade per group.
 
     With ``train_batch_groups`` unset every group is graded. A grader that fails on a group
-    falls back to ties for that group (exactly GRPO) and the fallback is counted.
+    falls back to ties for that group (exactly GRPO) and the fallback is counted. With
+    ``position_guard`` each group is graded twice in opposite orders and tied when the two
+    rankings are further apart (Kendall distance) than it.
     """
-    from gagar.grader.run import grade_groups, make_grader
-    from gagar.policy.trajectory import Trajectory
+    from gagar.grader.base import PositionGuard
+    from gagar.grader.run import make_grader
 
-    trajs = [t for path in trajectories for t in read_records(path, Trajectory)]
-    outcome = {r.trajectory_id: r for path in results for r in read_records(path, TestResult)}
-    if train_batch_groups is not None:
-        kept, _ = _keep(_load_batches(trajectories, results), train_batch_groups)
-        keep = {tid for tid, _ in kept}
-        trajs = [t for t in trajs if t.trajectory_id in keep]
-    task_map = {t.instance_id: t for t in read_records(tasks, Task)}
-    model_dir = Path(grader_model) if grader_model is not None else None
-    instance = make_grader(grader, model_dir=model_dir, endpoint=endpoint)
-    grades, metrics = grade_groups(instance, task_map, trajs, outcome, Path(workspace), progress=progress)
+    if api not in ("chat", "completions"):
+        raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
+    if train_batch_groups is None:
+        kept = [t for path in trajectories for t in read_records(path, Trajectory)]
+        outcome = [r for path in results for r in read_records(path, TestResult)]
+    else:
+        selection = _select(trajectories, results, train_batch_groups)
+        kept, outcome = selection.trajectories, selection.results
+    instance = make_grader(
+        grader, model_dir=Path(grader_model) if grader_model is not None else None, endpoint=endpoint,
+        model=model, api=api, max_steps=max_steps, timeout_s=timeout_s,  # type: ignore[arg-type]
+    )  # fmt: skip
+    grades, metrics = rl_step.grade(
+        instance,
+        read_records(tasks, Task),
+        kept,
+        outcome,
+        Path(workspace),
+        guard=PositionGuard(position_guard) if position_guard is not None else None,
+        repos_dir=Path(repos_dir) if repos_dir is not None else None,
+        progress=progress,
+    )
     write_records(out, grades)
-    return metrics.as_dict()
-
-
-# --------------------------------------------------------------------------- redistribute
+    return metrics
 
 
 def redistribute_stage(
@@ -263,57 +186,23 @@ def redistribute_stage(
     results: Sequence[PathLike],
     grades: PathLike | None,
     out: PathLike,
-    algo: str = "gagar",
+    algo: Estimator | str = Estimator.GAGAR,
     train_batch_groups: int = 8,
-    decay: str = "geometric",
+    decay: Decay | str = Decay.GEOMETRIC,
     gamma: float = 0.5,
     floor: float = 0.1,
     norm_std: bool = True,
 ) -> dict[str, float]:
     """Dynamic sampling over the generation batches, then GRPO or GAGAR advantages of what it keeps."""
-    from gagar.grader.grade import Grade, ranks_for, scores_for
-
-    batches = _load_batches(trajectories, results)
-    kept, metrics = _keep(batches, train_batch_groups)
-    where = {tid: (b, i) for b, (ids, _) in enumerate(batches) for i, tid in enumerate(ids)}
-    ids = [tid for tid, _ in kept]
-    rewards = np.array([batches[where[t][0]][1].rewards[where[t][1]] for t in ids], dtype=np.float64)
-    group_ids = np.array([str(batches[where[t][0]][1].group_ids[where[t][1]]) for t in ids])
+    selection = _select(trajectories, results, train_batch_groups)
     estimator = Estimator(algo)
-    ranks = scores = None
-    if estimator is Estimator.GAGAR:
-        if grades is None:
-            raise ValueError("algo 'gagar' needs the grades file of the grade stage")
-        graded = read_records(grades, Grade)
-        ranks = ranks_for(ids, graded)
-        # A passing member its grader did not rank (its group was not graded) ties with its group.
-        unranked = (rewards > 0) & np.isnan(ranks)
-        ranks = np.where(unranked, 1.0, ranks)
-        if Decay(decay) is Decay.SCORE:
-            scores = np.where(unranked, -1.0, scores_for(ids, graded))
+    if estimator is Estimator.GAGAR and grades is None:
+        raise ValueError("algo 'gagar' needs the grades file of the grade stage")
+    graded = read_records(grades, Grade) if estimator is Estimator.GAGAR and grades is not None else None
     config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
-    inputs = AdvantageInputs(rewards=rewards, group_ids=group_ids, ranks=ranks, scores=scores)
-    base, _ = compute_advantages(Estimator.GRPO, inputs, config)
-    advantages, adv_metrics = compute_advantages(estimator, inputs, config)
-    write_records(
-        out,
-        [
-            BatchEntry(
-                trajectory_id=tid,
-                group_id=str(group_ids[i]),
-                gen_batch=b,
-                reward=float(rewards[i]),
-                advantage=float(advantages[i]),
-                grpo_advantage=float(base[i]),
-                rank=None if ranks is None or np.isnan(ranks[i]) else float(ranks[i]),
-            )
-            for i, (tid, b) in enumerate(kept)
-        ],
-    )
-    return {**metrics, "credit/moved_ratio": 0.0, **adv_metrics}
-
-
-# --------------------------------------------------------------------------- train
+    entries, metrics = rl_step.advantages(selection, graded, algo=estimator, config=config)
+    write_records(out, entries)
+    return {**selection.metrics, **metrics}
 
 
 def train_stage(
@@ -324,10 +213,10 @@ def train_stage(
     checkpoints: PathLike,
     step: int,
     seed: int = 0,
-    optim: dict | None = None,
+    optim: OptimConfig | None = None,
     reference: PathLike | None = None,
     keep_last: int = 3,
-    lora: dict | None = None,
+    lora: LoraSettings | None = None,
     policy_version: str | None = None,
 ) -> dict[str, float]:
     """One policy update on the train batch; writes checkpoint ``step-N`` (model, optimizer, RNG) atomically.
@@ -335,22 +224,21 @@ def train_stage(
     The optimizer state continues from the latest checkpoint under ``checkpoints`` when there is
     one; the weights come from ``policy`` (the directory the step's rollouts were sampled from);
     ``reference`` is the frozen policy of the KL term, used only when its coefficient is positive.
-    ``lora`` (:class:`gagar.train.lora.LoraSettings` fields) trains an adapter instead of every
-    weight; ``policy_version``, when set, is the version every trajectory must have been sampled by.
+    ``lora`` trains an adapter instead of every weight; ``policy_version``, when set, is the
+    version every trajectory must have been sampled by. See :func:`gagar.train.update.run_update`.
     """
-    from gagar.train.lora import LoraSettings
-    from gagar.train.update import OptimConfig, run_update
+    from gagar.train.update import run_update
 
     return run_update(
         policy=Path(policy),
-        trajectories=[Path(p) for p in trajectories],
-        batch=Path(batch),
+        trajectories=[t for path in trajectories for t in read_records(path, Trajectory)],
+        batch=read_records(batch, BatchEntry),
         checkpoints=Path(checkpoints),
         step=step,
         seed=seed,
-        optim=OptimConfig.model_validate(optim or {}),
+        optim=optim,
         reference=Path(reference) if reference is not None else None,
         keep_last=keep_last,
-        lora=LoraSettings.model_validate(lora or {}),
+        lora=lora,
         policy_version=policy_version,
     )

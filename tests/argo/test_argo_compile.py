@@ -21,9 +21,9 @@ from gagar.pipeline.argo import (
 )
 from gagar.pipeline.argo_models import ArgoSchemaError, pod_manifests, to_manifest, to_model, validate_pods
 from gagar.pipeline.build import compile_pipeline
+from gagar.pipeline.graph import PARAMETERS, RL_STEP
 from gagar.pipeline.images import STAGES, stage_image
 from gagar.pipeline.platform import PlatformOptions
-from gagar.pipeline.stages import PARAMETERS, RL_STEP
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {
@@ -51,7 +51,7 @@ def test_one_template_per_stage_in_its_image(two_steps: dict[str, Any]) -> None:
     assert set(images.values()) == {stage_image(s) for s in STAGES}
     for spec in RL_STEP:
         container = found[spec.name]["container"]
-        assert container["command"] == ["python", "-m", "gagar.pipeline.argo_step"]
+        assert container["command"] == ["python", "-m", "gagar.pipeline.argo_entry"]
         assert container["args"][0] == spec.name
 
 

@@ -11,7 +11,7 @@ from chart_render import CHART_DIR, KUBE_VERSION, by_kind, render_objects, scena
 
 from gagar.pipeline.argo import CronSchedule, build_cron_workflow
 from gagar.pipeline.argo_models import pod_manifests, to_manifest, to_model, validate_pods
-from gagar.pipeline.stages import RL_STEP
+from gagar.pipeline.graph import RL_STEP
 
 REQUIRED = {"model": "s3://b/models/policy", "tasks": "s3://b/tasks.jsonl"}
 

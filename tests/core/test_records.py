@@ -9,7 +9,7 @@ import pytest
 
 from gagar.records import RecordError, atomic_write_text, read_records, write_records
 from gagar.sandbox.base import Prediction
-from gagar.tasks.schema import TASK_SCHEMA_VERSION, Task
+from gagar.schema.task import TASK_SCHEMA_VERSION, Task
 
 SWE_BENCH_LIKE = {
     "instance_id": "astropy__astropy-12907",
@@ -94,7 +94,7 @@ def test_held_out_checks_must_be_fail_to_pass_tests(tmp_path):
 
 
 def test_a_hack_result_names_its_kind_and_evidence():
-    from gagar.sandbox.results import HackFlag, HackKind, Status, TestResult
+    from gagar.schema.result import HackFlag, HackKind, Status, TestResult
 
     result = TestResult(
         trajectory_id="t", instance_id="i", status=Status.HACK,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from fixtures.policy import tiny_sft_config
+from gagar.schema.task import Task
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.loaders import write_tasks
-from gagar.tasks.schema import Task
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ from gagar.experiment.config import load_experiment_config
 from gagar.experiment.harness import run_experiment
 from gagar.experiment.report import METRICS, load_results
 
+pytestmark = pytest.mark.slow  # a whole experiment: SFT, RL runs and evaluations
+
 
 def _timing(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "timing.jsonl").read_text().splitlines()]

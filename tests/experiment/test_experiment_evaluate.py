@@ -6,9 +6,9 @@ import pytest
 
 from gagar.policy.agent_format import render_blocks
 from gagar.policy.evaluate import TrajectoryEval, evaluate_detailed, evaluate_trajectories, summarise
-from gagar.policy.trajectory import Trajectory
 from gagar.sandbox.local import LocalBackend
-from gagar.sandbox.results import Status
+from gagar.schema.result import Status
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.noise import add_noise
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace
 from gagar.sandbox.patch import file_diff
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 
 CALC = """def add(a, b):
     return a + b + 1

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from gagar.advantage import grpo_advantages, redistribute
-from gagar.grader.grade import (
+from gagar.grader.kendall import kendall_distance, kendall_tau_b, scores_from_ranking, top1_correct
+from gagar.schema.grade import (
     Grade,
     RankingError,
     ranking_from_scores,
@@ -16,7 +17,6 @@ from gagar.grader.grade import (
     tie_grade,
     validate_ranking,
 )
-from gagar.grader.kendall import kendall_distance, kendall_tau_b, scores_from_ranking, top1_correct
 
 
 def test_ranks_view_gives_tied_ids_a_shared_competition_rank() -> None:

@@ -11,10 +11,10 @@ from grader_fixtures import CANDIDATES, task
 from typer.testing import CliRunner
 
 from gagar.cli.grader import app, grade
-from gagar.grader.grade import Grade
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records, write_records
-from gagar.sandbox.results import Status, TestResult
+from gagar.schema.grade import Grade
+from gagar.schema.result import Status, TestResult
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.generate import generate_tasks
 
 cli = typer.Typer()
@@ -40,6 +40,7 @@ def _tau(line: str) -> float:
     return float(line.split("Kendall tau ")[1].split(",")[0])
 
 
+@pytest.mark.slow  # SFT of the learned grader, then an evaluation
 def test_sft_then_eval_on_held_out_tasks(task_files: tuple[Path, Path], tmp_path: Path) -> None:
     train, heldout = task_files
     model = tmp_path / "model"

@@ -139,3 +139,25 @@ def test_cli_compile(tmp_path: Path) -> None:
     bad = CliRunner().invoke(app, ["compile", "--out", str(out), "--pipeline", "nope"])
     assert bad.exit_code != 0
     assert "unknown pipeline" in bad.output
+
+
+def test_compile_needs_no_checkout_on_the_path(tmp_path: Path) -> None:
+    """The pipelines and components ship inside the package: compiling from another directory with
+    only the installed package importable (no project root, no ``components``/``pipelines`` modules)
+    works, as from a wheel."""
+    import subprocess
+    import sys
+
+    import gagar
+
+    package_root = str(Path(gagar.__file__).resolve().parents[1])
+    code = (
+        "import sys; from gagar.cli.pipeline import app; from typer.testing import CliRunner; "
+        "r = CliRunner().invoke(app, ['compile', '--out', 'rl.yaml']); print(r.output); "
+        "assert r.exit_code == 0, r.output; "
+        "assert not {'components', 'pipelines'} & set(sys.modules), 'a checkout module was imported'"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": package_root, "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert executor_images(tmp_path / "rl.yaml")

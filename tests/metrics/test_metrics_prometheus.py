@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, start_http_server
 
 from fixtures.services import Prometheus, Pushgateway, free_port, http_get, wait_until
-from gagar.metrics import GagarMetrics, build_metrics, finish_run, push_step, record_step, serve_metrics
+from gagar.metrics import GagarMetrics, build_metrics, finish_run, push_step, record_step
 
 MONITORING = Path(__file__).resolve().parents[2] / "manifests" / "monitoring"
 SCRAPE_WAIT_S = 30.0
@@ -30,7 +30,7 @@ def stack(pushgateway: Pushgateway, tmp_path_factory: pytest.TempPathFactory) ->
     """A gagar metrics server, the Pushgateway, and Prometheus scraping both (with gagar's rules)."""
     metrics = build_metrics(CollectorRegistry())
     port = free_port()
-    server, thread = serve_metrics(metrics.registry, port)
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
     prometheus = Prometheus(
         tmp_path_factory.mktemp("prometheus"),
         targets=[f"127.0.0.1:{port}"],
@@ -55,7 +55,7 @@ def test_prometheus_scrapes_the_server_endpoint(stack: Stack) -> None:
     record_step(
         stack.server_metrics, {"step": 7, "rollout/resolved_rate": 0.4375, "sampling/dropped/all_pass": 3}
     )
-    stack.server_metrics.sandbox_duration_seconds.labels("passed").observe(95.0)
+    stack.server_metrics["gagar_sandbox_duration_seconds"].labels("passed").observe(95.0)
     query = 'gagar_resolved_ratio{job="gagar-server"}'
     wait_until(lambda: scraped_value(stack.prometheus, query) == 0.4375, SCRAPE_WAIT_S, f"{query} == 0.4375")
     assert scraped_value(stack.prometheus, 'gagar_groups_dropped_total{reason="all_pass"}') == 3

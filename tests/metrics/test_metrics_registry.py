@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import fields
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -12,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fixtures.services import free_port
 from gagar.metrics import (
     LATENCY_BUCKETS_S,
+    METRICS,
     MetricsPushError,
     build_metrics,
     finish_run,
@@ -22,13 +22,10 @@ from gagar.metrics import (
 STEP = {
     "step": 12,
     "rollout/resolved_rate": 0.375,
-    "rollout/trajectories/passed": 6,
-    "rollout/trajectories/failed": 9,
-    "rollout/trajectories/infra_error": 1,
     "sampling/groups_kept": 3,
     "sampling/dropped/all_pass": 1,
     "sampling/dropped/all_fail": 2,
-    "grader/fallbacks": 1,
+    "grader/fallbacks": 2,
     "grader/fallbacks/invalid_ranking": 2,
     "credit/moved_ratio": 0.125,
     "loss/policy": -0.02,
@@ -36,20 +33,21 @@ STEP = {
     "perf/tokens_per_s": 11000.0,
     "perf/step_s": 42.0,
     "sandbox/passed": 6,
+    "sandbox/failed": 9,
     "sandbox/infra_error": 1,
     "sandbox/hack": 2,
     "sandbox/hacks/introspection": 2,
     "sandbox/hacks/special_casing": 1,
     "sandbox/hack_ratio": 0.25,
+    "sandbox/evaluations": 16,
     "advantage/mean": 0.0,
 }
 
 
 def test_names_follow_prometheus_conventions() -> None:
     metrics = build_metrics()
-    collectors = [getattr(metrics, f.name) for f in fields(metrics) if f.name != "registry"]
-    families = [fam for c in collectors for fam in c.describe()]
-    assert len(families) == 16
+    families = [fam for c in metrics.collectors.values() for fam in c.describe()]
+    assert len(families) == len(METRICS) == len({m.name for m in METRICS})
     for fam in families:
         assert re.fullmatch(r"gagar_[a-z_]+", fam.name), fam.name
         assert fam.documentation.endswith("."), f"{fam.name} needs help text"
@@ -76,7 +74,7 @@ def test_names_follow_prometheus_conventions() -> None:
 
 def test_each_registry_gets_its_own_metrics_and_duplicates_are_refused() -> None:
     first, second = build_metrics(), build_metrics()
-    first.resolved_ratio.set(0.5)
+    first["gagar_resolved_ratio"].set(0.5)
     assert second.registry.get_sample_value("gagar_resolved_ratio") == 0.0
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         build_metrics(first.registry)
@@ -84,10 +82,11 @@ def test_each_registry_gets_its_own_metrics_and_duplicates_are_refused() -> None
 
 def test_record_step_maps_trainer_keys() -> None:
     m = build_metrics()
-    unknown = record_step(m, STEP, now=1_700_000_000.0)
+    unknown = record_step(m, STEP, {"sandbox/duration_s/passed": [1.0, 2.0]}, now=1_700_000_000.0)
     record_step(m, {"sampling/groups_kept": 2, "sampling/dropped/all_pass": 4, "perf/step_s": 30.0})
     value = m.registry.get_sample_value
-    assert unknown == ["advantage/mean"]
+    # the per-step total of fallbacks and the evaluation count feed nothing: their parts do
+    assert unknown == ["grader/fallbacks", "sandbox/evaluations", "advantage/mean"]
     assert value("gagar_train_step") == 12
     assert value("gagar_train_last_step_timestamp_seconds") == 1_700_000_000.0
     assert value("gagar_resolved_ratio") == 0.375
@@ -95,18 +94,22 @@ def test_record_step_maps_trainer_keys() -> None:
     assert value("gagar_groups_kept_total") == 5  # counters accumulate over steps
     assert value("gagar_groups_dropped_total", {"reason": "all_pass"}) == 5
     assert value("gagar_groups_dropped_total", {"reason": "all_fail"}) == 2
-    assert value("gagar_grader_fallbacks_total", {"reason": "unspecified"}) == 1
-    assert value("gagar_grader_fallbacks_total", {"reason": "invalid_ranking"}) == 2
+    assert value("gagar_grader_fallbacks_total", {"reason": "invalid_ranking"}) == 2  # counted once
+    assert value("gagar_grader_fallbacks_total", {"reason": "unspecified"}) is None
     assert value("gagar_credit_moved_ratio") == 0.125
     assert value("gagar_train_loss", {"term": "policy"}) == -0.02
     assert value("gagar_train_tokens_per_second") == 11000.0
     assert value("gagar_rl_step_duration_seconds_count") == 2
     assert value("gagar_rl_step_duration_seconds_sum") == 72.0
     assert value("gagar_sandbox_evaluations_total", {"status": "infra_error"}) == 1
+    assert value("gagar_trajectories_total", {"status": "passed"}) == 6
+    assert value("gagar_sandbox_evaluations_total", {"status": "evaluations"}) is None
     assert value("gagar_sandbox_evaluations_total", {"status": "hack"}) == 2
     assert value("gagar_sandbox_hacks_total", {"kind": "introspection"}) == 2
     assert value("gagar_sandbox_hacks_total", {"kind": "special_casing"}) == 1
     assert value("gagar_sandbox_hack_ratio") == 0.25
+    assert value("gagar_sandbox_duration_seconds_count", {"status": "passed"}) == 2
+    assert value("gagar_sandbox_duration_seconds_sum", {"status": "passed"}) == 3.0
     text = generate_latest(m.registry).decode()
     assert "# HELP gagar_resolved_ratio Fraction" in text
 
@@ -115,6 +118,7 @@ def test_record_step_maps_trainer_keys() -> None:
     ("values", "message"),
     [
         ({"sampling/groups_kept": -1}, "cannot be negative"),
+        ({"perf/step_s": -1.0}, "cannot be negative"),
         ({"rollout/resolved_rate": 1.5}, r"ratio must lie in \[0, 1\]"),
         ({"sampling/dropped/Group-7f3a": 1}, "label value 'Group-7f3a'"),
         ({"loss/traj/abc": 1.0}, "label value 'traj/abc'"),
@@ -128,7 +132,7 @@ def test_record_step_refuses_bad_values(values: dict[str, float], message: str) 
 def test_push_to_an_unreachable_gateway_warns_or_raises(caplog: pytest.LogCaptureFixture) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     registry = CollectorRegistry()
-    build_metrics(registry).train_step.set(3)
+    build_metrics(registry)["gagar_train_step"].set(3)
     with caplog.at_level(logging.WARNING, logger="gagar.metrics"):
         assert push_step(url, "gagar-train", registry, {"run": "r1"}, timeout_s=1) is False
         assert finish_run(url, "gagar-train", {"run": "r1"}) is False

@@ -26,11 +26,10 @@ def test_install_is_idempotent_and_records_its_source(smollm2) -> None:
 def test_lora_sft_step_saves_a_merged_policy_that_reloads_and_generates(smollm2, tmp_path) -> None:
     from gagar.policy.agent_format import build_prompt
     from gagar.policy.generation import HFBackend
-    from gagar.policy.model import load_policy
+    from gagar.policy.model import load_adapter, load_policy
     from gagar.policy.sft import ADAPTER_DIR, CKPT_DIR, SFTConfig, train_sft
-    from gagar.policy.trajectory import SamplingParams
+    from gagar.schema.trajectory import SamplingParams
     from gagar.tasks.generate import generate_tasks
-    from gagar.train.lora import load_adapter
 
     torch.set_num_threads(1)
     tasks = generate_tasks(2, seed=0, verify=False)

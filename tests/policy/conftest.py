@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from gagar.schema.task import Task
 from gagar.tasks.diffs import make_diff
-from gagar.tasks.schema import Task
 
 _MODULE = '''"""Small arithmetic helpers."""
 

@@ -18,10 +18,10 @@ from gagar.policy.demos import demo_answers
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.local import LocalBackend
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.oracle import touched_function
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import function_named
 
 

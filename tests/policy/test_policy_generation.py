@@ -13,7 +13,7 @@ from gagar.policy.generation import HFBackend, sequence_logprobs
 from gagar.policy.model import load_policy
 from gagar.policy.openai_backend import EndpointError, OpenAIBackend, StaleAdapterError, parse_token_id
 from gagar.policy.server import running_server
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 
 
 @pytest.fixture(scope="module")

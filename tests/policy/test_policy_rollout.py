@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from gagar.cli import policy as policy_cli
 from gagar.policy.rollout import make_backend, rollout
-from gagar.policy.trajectory import SamplingParams, Trajectory
 from gagar.records import read_records, write_records
 from gagar.sandbox.base import Prediction
+from gagar.schema.trajectory import SamplingParams, Trajectory
 
 
 def test_rollout_records_are_valid_trajectories_and_predictions(tiny_policy, tasks, tmp_path) -> None:

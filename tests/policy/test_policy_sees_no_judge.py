@@ -28,10 +28,10 @@ from gagar.policy.agent_format import build_prompt
 from gagar.policy.generation import Sample
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.policy.tool_loop import run_tool_loop
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.task import Task
+from gagar.schema.trajectory import SamplingParams
 from gagar.tasks.diffs import parse_diff
 from gagar.tasks.generate import generate_tasks
-from gagar.tasks.schema import Task
 
 MIN_LINE = 8
 PER_FAMILY = 75

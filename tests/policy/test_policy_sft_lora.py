@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gagar.policy.model import load_policy
+from gagar.policy.model import load_adapter, load_policy
 from gagar.policy.sft import ADAPTER_DIR, PRETRAINED_DEFAULTS, SFTConfig, train_sft
-from gagar.train.lora import LoraSettings, load_adapter
+from gagar.train.lora import LoraSettings
 
 
 def _config(init: str, **overrides) -> SFTConfig:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from gagar.policy.generation import Sample
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.policy.tool_loop import ToolWorkspace, run_tool_loop
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 from gagar.tasks.diffs import apply_diff
 
 

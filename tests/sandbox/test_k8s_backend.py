@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig, RetryPolicy
 from gagar.sandbox.patch import file_diff
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
 
 GOLD = (
     "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"

@@ -13,8 +13,8 @@ import pytest
 
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
-from gagar.sandbox.results import Status
-from gagar.tasks.schema import Task
+from gagar.schema.result import Status
+from gagar.schema.task import Task
 
 pytestmark = [
     pytest.mark.cluster,

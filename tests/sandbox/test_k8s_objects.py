@@ -19,7 +19,7 @@ from gagar.sandbox.k8s import (
     render_objects_yaml,
     to_dict,
 )
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 
 K8S_VERSION = "1.30.0"
 GOLD = (

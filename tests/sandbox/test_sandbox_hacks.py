@@ -24,12 +24,12 @@ from gagar.sandbox.pristine import (
     top_level,
 )
 from gagar.sandbox.process import RunOutcome
-from gagar.sandbox.results import HackFlag, HackKind, Outcome, Status, TestResult
 from gagar.sandbox.runner import summary_line
 from gagar.sandbox.verdict import judge
+from gagar.schema.result import HackFlag, HackKind, Outcome, Status, TestResult
+from gagar.schema.task import Task
 from gagar.tasks.generate import generate_task
 from gagar.tasks.noise import NOISE_KINDS, add_noise
-from gagar.tasks.schema import Task
 
 BASE = '"""A module."""\n\nimport os\n\n\ndef f(x):\n    return x + 1\n'
 

@@ -20,9 +20,9 @@ from gagar.sandbox.base import Prediction
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import file_diff
-from gagar.sandbox.results import Outcome, Status, TestResult
 from gagar.sandbox.uids import uid_leased
-from gagar.tasks.schema import Task
+from gagar.schema.result import Outcome, Status, TestResult
+from gagar.schema.task import Task
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the local sandbox drops to a sandbox uid: needs root"

@@ -24,8 +24,8 @@ from gagar.sandbox.base import Prediction
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import apply_patch_to_files, file_diff
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the local sandbox drops to a sandbox uid: needs root"

@@ -16,9 +16,9 @@ from gagar.sandbox.base import Prediction
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import file_diff
-from gagar.sandbox.results import Status, TestResult
 from gagar.sandbox.uids import UidsBusyError, lease_uid, uid_leased
-from gagar.tasks.schema import Task
+from gagar.schema.result import Status, TestResult
+from gagar.schema.task import Task
 
 HOLD_LEASE = """
 import sys

@@ -12,12 +12,12 @@ from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.generation import Sample, sequence_logprobs
 from gagar.policy.model import load_policy
 from gagar.policy.rollout import to_trajectory
-from gagar.policy.trajectory import SamplingParams, Trajectory
 from gagar.records import write_records
+from gagar.schema.task import Task
+from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.loaders import write_tasks
 from gagar.tasks.noise import add_noise
-from gagar.tasks.schema import Task
 
 
 @pytest.fixture(scope="session")

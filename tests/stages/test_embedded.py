@@ -9,7 +9,7 @@ import yaml
 from fixtures.policy import tiny_sft_config
 from gagar.embedded import EmbeddedSettings, prepare
 from gagar.records import read_records
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 from gagar.train.config import load_config
 
 

@@ -11,6 +11,9 @@ from gagar import stages
 from gagar.policy.model import load_policy
 from gagar.records import read_records
 from gagar.train.checkpoint import CheckpointManager
+from gagar.train.update import OptimConfig
+
+pytestmark = pytest.mark.slow  # a whole RL step through the stage functions
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +31,7 @@ def step_dir(tmp_path_factory, tasks_file, trajectories_file):
 
 
 def test_sandbox_resolves_gold_and_noisy_answers_only(step_dir, trajectories_file):
-    from gagar.sandbox.results import TestResult
+    from gagar.schema.result import TestResult
 
     results = {r.trajectory_id: r for r in read_records(step_dir / "results-0.jsonl", TestResult)}
     resolved = sorted(tid.rsplit("/", 1)[1] for tid, r in results.items() if r.resolved)
@@ -36,7 +39,7 @@ def test_sandbox_resolves_gold_and_noisy_answers_only(step_dir, trajectories_fil
 
 
 def test_grade_ranks_gold_above_noisy(step_dir, tasks_file, trajectories_file):
-    from gagar.grader.grade import Grade
+    from gagar.schema.grade import Grade
 
     metrics = stages.grade_stage(
         tasks=tasks_file,
@@ -98,7 +101,7 @@ def test_train_stage_updates_the_policy_and_checkpoints(step_dir, trajectories_f
         batch=step_dir / "batch-gagar.jsonl",
         checkpoints=step_dir / "checkpoints",
         step=0,
-        optim={"lr": 1e-3, "minibatch_size": 4},
+        optim=OptimConfig(lr=1e-3, minibatch_size=4),
     )
     assert metrics["policy/optimizer_steps"] == 3
     # Old log-probs came from the same weights: the first minibatch's ratio is exactly 1.

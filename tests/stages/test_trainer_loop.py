@@ -13,6 +13,8 @@ from gagar.train.checkpoint import CheckpointManager, verify
 from gagar.train.config import load_config
 from gagar.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow  # gagar train end to end
+
 
 @pytest.fixture
 def config_file(tmp_path, tasks_file, tiny_policy):

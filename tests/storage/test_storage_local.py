@@ -112,13 +112,17 @@ def test_corrupted_checkpoint_is_skipped_and_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".restored.*"))
 
 
-def test_publish_refuses_empty_dir_and_reserved_name(tmp_path: Path) -> None:
+def test_publish_refuses_empty_dir_and_a_manifest_of_other_files(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="contains no files"):
         store.publish_dir(tmp_path / "empty", "x")
     (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "a.bin").write_bytes(b"a")
     (tmp_path / "bad" / MANIFEST_NAME).write_text("{}")
-    with pytest.raises(ValueError, match="reserved name"):
+    with pytest.raises(ValueError, match="is not a manifest"):
+        store.publish_dir(tmp_path / "bad", "x")
+    (tmp_path / "bad" / MANIFEST_NAME).write_text('{"files": {"a.bin": {"sha256": "0", "size": 1}}}')
+    with pytest.raises(ValueError, match=r"does not match a\.bin"):
         store.publish_dir(tmp_path / "bad", "x")
     assert store.list() == []

@@ -14,6 +14,7 @@ import pytest
 import urllib3
 
 from fixtures.services import S3RVER_KEY, S3rver, free_port
+from gagar.schema.manifest import sha256_file
 from gagar.storage import (
     ChecksumMismatchError,
     ObjectNotFoundError,
@@ -24,7 +25,6 @@ from gagar.storage import (
     StoreUnavailableError,
     open_store,
 )
-from gagar.storage.manifest import sha256_file
 from gagar.storage.s3 import MIN_PART_SIZE
 
 FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.05, max_delay_s=0.2)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from gagar.cli.synthesize import synthesize
 from gagar.records import read_records
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 from gagar.tasks.synthesize import synthesize_from_pypi
 from gagar.tasks.testrun import write_snapshot
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gagar.sandbox.results import Outcome, Status, TestResult
+from gagar.schema.result import Outcome, Status, TestResult
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, parse_diff
-from gagar.tasks.schema import Task
 from gagar.tasks.synth.runner import (
     EMPTY_PYTEST_INI,
     EnvironmentBuildError,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
 from gagar.tasks.synth.runner import PytestRun
 from gagar.tasks.synth.sdist import (
     SdistError,

@@ -15,7 +15,8 @@ import typer
 from typer.testing import CliRunner
 
 from gagar.cli.tasks import app as tasks_app
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, diff_stats, parse_diff
 from gagar.tasks.generate import generate_task, generate_tasks, operator_bugs
 from gagar.tasks.library import DOMAINS, BugKind
@@ -23,7 +24,6 @@ from gagar.tasks.loaders import load_tasks
 from gagar.tasks.noise import add_noise
 from gagar.tasks.oracle import score_patch
 from gagar.tasks.render import render_function
-from gagar.tasks.schema import Task
 from gagar.tasks.testrun import DEFAULT_TEST_CMD, run_pytest, write_snapshot
 
 SEED = 11

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gagar.records import RecordError
+from gagar.schema.task import Task
 from gagar.tasks.loaders import TaskFileError, load_tasks, split_by_repo, write_tasks
-from gagar.tasks.schema import Task
 
 SWE_BENCH_RECORD = {
     "repo": "astropy/astropy",

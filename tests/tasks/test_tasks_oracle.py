@@ -6,10 +6,10 @@ import ast
 
 import pytest
 
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.noise import NOISE_KINDS, NoiseKind, NoiseNotApplicable, add_noise
 from gagar.tasks.oracle import changed_scopes, score_patch
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import line_scopes
 
 PRICING = '''"""Prices."""

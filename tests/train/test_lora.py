@@ -11,31 +11,29 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.policy import tiny_sft_config
+from gagar.policy.adapter import (
+    ADAPTER_FILES,
+    adapter_base,
+    adapter_updates,
+    adapter_version,
+    is_adapter_dir,
+    prune_adapters,
+    publish_adapter,
+)
 from gagar.policy.generation import HFBackend
 from gagar.policy.model import load_policy
 from gagar.policy.rollout import rollout
-from gagar.policy.trajectory import SamplingParams, Trajectory
 from gagar.records import read_records, write_records
-from gagar.stages import BatchEntry
+from gagar.schema.batch import BatchEntry
+from gagar.schema.trajectory import SamplingParams, Trajectory
+from gagar.stages import train_stage
 from gagar.storage import LocalStore
 from gagar.tasks.generate import generate_tasks
 from gagar.train.checkpoint import CheckpointManager
 from gagar.train.config import TrainConfig
-from gagar.train.lora import (
-    ADAPTER_FILES,
-    LoraSettings,
-    adapter_base,
-    adapter_updates,
-    adapter_version,
-    export_merged,
-    is_adapter_dir,
-    load_trainable,
-    prune_adapters,
-    publish_adapter,
-    wrap,
-)
+from gagar.train.lora import LoraSettings, export_merged, load_trainable, wrap
 from gagar.train.loss import pack_sequences, response_logprobs
-from gagar.train.update import OptimConfig, StaleTrajectoryError, make_optimizer, run_update, update_policy
+from gagar.train.update import OptimConfig, StaleTrajectoryError, make_optimizer, update_policy
 
 torch.set_num_threads(1)
 
@@ -88,7 +86,7 @@ def rollout_files(tmp_path_factory: pytest.TempPathFactory, base: Path) -> tuple
 
 
 def _update(policy: Path, files: tuple[Path, Path], checkpoints: Path, step: int, **kwargs) -> dict:
-    return run_update(
+    return train_stage(
         policy=policy,
         trajectories=[files[0]],
         batch=files[1],

@@ -10,18 +10,22 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.policy import tiny_sft_config
+from gagar.policy.adapter import ADAPTER_FILES, is_adapter_dir, publish_adapter
 from gagar.policy.model import load_policy
-from gagar.policy.trajectory import SamplingParams, Trajectory
 from gagar.records import read_records, write_records
-from gagar.stages import BatchEntry
+from gagar.schema.batch import BatchEntry
+from gagar.schema.trajectory import SamplingParams, Trajectory
+from gagar.stages import train_stage
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.loaders import write_tasks
 from gagar.train.checkpoint import CheckpointManager
 from gagar.train.config import TrainConfig
-from gagar.train.lora import ADAPTER_FILES, LoraSettings, is_adapter_dir, load_trainable, publish_adapter
+from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import pack_sequences, response_logprobs
 from gagar.train.trainer import Trainer
-from gagar.train.update import OptimConfig, run_update
+from gagar.train.update import OptimConfig
+
+pytestmark = pytest.mark.slow  # LoRA training runs end to end
 
 torch.set_num_threads(1)
 
@@ -58,7 +62,7 @@ def _config(
         },
         sandbox={"workers": 2},
         advantage={"algo": "grpo"},
-        optim={"lr": 1e-2, "minibatch_size": 4},
+        optim=OptimConfig(lr=1e-2, minibatch_size=4),
         lora=lora or LORA,
     )
 
@@ -117,7 +121,7 @@ def _train_extra_adapter(run: Path, out: Path) -> Path:
         for i, t in enumerate(read_records(trajectories, Trajectory))
     ]
     write_records(out / "batch.jsonl", entries)
-    run_update(
+    train_stage(
         policy=run / "adapters" / "policy-step-1",
         trajectories=[trajectories],
         batch=out / "batch.jsonl",

@@ -17,7 +17,6 @@ from gagar.train.checkpoint import (
     CheckpointManager,
     CorruptCheckpointError,
     MetricsLog,
-    resume_latest,
     verify,
 )
 
@@ -208,11 +207,3 @@ def test_metrics_log_drops_a_torn_line_and_truncates_to_the_resumed_step(tmp_pat
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a metrics record"):
         metrics.read()
-
-
-def test_resume_latest_without_a_checkpoint_starts_from_scratch(tmp_path: Path):
-    metrics = MetricsLog(tmp_path / "metrics.jsonl")
-    metrics.append(1, {"loss": 1.0})  # a step that never reached its checkpoint
-    model, optimizer, _ = _toy(0)
-    assert resume_latest(CheckpointManager(tmp_path / "ckpt"), model, optimizer, metrics_log=metrics) is None
-    assert metrics.read() == []

@@ -19,33 +19,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "crash_resume.py"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_run_survives_five_kills_with_every_step_kept_and_weights_bit_equal(tmp_path: Path):
-    summary_path = tmp_path / "summary.json"
-    cmd = [sys.executable, str(SCRIPT), "--steps", "12", "--kills", "5", "--seed", "3"]
-    result = subprocess.run(
-        [*cmd, "--work", str(tmp_path / "work"), "--summary", str(summary_path)],
-        capture_output=True,
-        text=True,
-        timeout=880,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads(summary_path.read_text())
-    assert summary["problems"] == []
-    assert summary["kills"] == 5
-    assert summary["checkpoint_steps"] == summary["logged_steps"] == list(range(1, 13))
-    assert summary["corrupt"] == []
-    assert summary["partial_left"] == []
-    assert summary["metrics_equal"]
-    assert summary["params_equal"]
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_gagar_train_survives_three_kills_of_its_process_group(tmp_path: Path):
     """The real `gagar train` with the bubblewrap sandbox: 4 steps, 3 SIGKILLs, then --resume to the end."""
     summary_path = tmp_path / "summary.json"
-    cmd = [sys.executable, str(SCRIPT), "--target", "train", "--steps", "4", "--kills", "3", "--seed", "2"]
+    cmd = [sys.executable, str(SCRIPT), "--steps", "4", "--kills", "3", "--seed", "2"]
     result = subprocess.run(
         [*cmd, "--no-reference", "--work", str(tmp_path / "work"), "--summary", str(summary_path)],
         capture_output=True,

@@ -22,7 +22,6 @@ from gagar.policy.generation import HFBackend, sequence_logprobs
 from gagar.policy.model import load_policy
 from gagar.policy.openai_backend import OpenAIBackend, StaleAdapterError
 from gagar.policy.server import peft_adapter_loader, running_server
-from gagar.policy.trajectory import SamplingParams
 from gagar.policy.vllm_server import (
     PolicyServerClient,
     PolicyServerError,
@@ -31,6 +30,7 @@ from gagar.policy.vllm_server import (
     start_policy_server,
     swap_adapter,
 )
+from gagar.schema.trajectory import SamplingParams
 
 PARAMS = SamplingParams(max_new_tokens=10, seed=4, temperature=0.8)
 

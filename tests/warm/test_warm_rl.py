@@ -12,8 +12,8 @@ import pytest
 import torch
 from warm_support import needs_vllm
 
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records
+from gagar.schema.trajectory import Trajectory
 from gagar.train.config import TrainConfig
 from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import pack_sequences, response_logprobs

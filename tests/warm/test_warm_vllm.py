@@ -18,8 +18,8 @@ from warm_support import needs_vllm, write_adapter
 from gagar.policy.generation import sequence_logprobs
 from gagar.policy.model import load_policy
 from gagar.policy.openai_backend import OpenAIBackend, StaleAdapterError
-from gagar.policy.trajectory import SamplingParams
 from gagar.policy.vllm_server import PolicyServer, PolicyServerError, swap_adapter
+from gagar.schema.trajectory import SamplingParams
 
 pytestmark = [needs_vllm, pytest.mark.slow]
 

@@ -81,18 +81,19 @@ def grade(
     repos_dir: Path | None = typer.Option(None, file_okay=False, help="Local clones for base_commit tasks."),
 ) -> None:
     """Rank the passing trajectories of every group; a failing grader ties the group (plain GRPO)."""
-    from gagar.grader.base import PositionGuard
-    from gagar.grader.run import grade_files, make_grader
+    from gagar.stages import grade_stage
 
-    if api not in ("chat", "completions"):
-        raise typer.BadParameter("must be 'chat' or 'completions'", param_hint="--api")
     try:
-        chosen = make_grader(
-            grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
-            max_steps=max_steps, timeout_s=timeout,
+        metrics = grade_stage(
+            tasks=tasks, trajectories=[trajectories], results=[results], out=out, workspace=workspace,
+            grader=grader, grader_model=grader_model, endpoint=endpoint, model=model, api=api,
+            max_steps=max_steps, timeout_s=timeout, position_guard=position_guard, repos_dir=repos_dir,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    guard = PositionGuard(position_guard) if position_guard is not None else None
-    metrics = grade_files(chosen, tasks, trajectories, results, out, workspace, guard, repos_dir)
-    typer.echo(metrics.summary())
+    reasons = {k.rpartition("/")[2]: v for k, v in metrics.items() if k.startswith("grader/fallbacks/")}
+    typer.echo(
+        f"{metrics['grader/groups']:.0f} groups graded ({metrics['grader/trivial']:.0f} trivial), "
+        f"{metrics['grader/fallbacks']:.0f} fallbacks: "
+        + (", ".join(f"{r} {n:.0f}" for r, n in sorted(reasons.items())) or "none")
+    )

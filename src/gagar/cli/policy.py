@@ -58,7 +58,7 @@ def sft(
     """Train the policy on demonstrations built from the tasks' gold patches (unset options: SFTConfig's)."""
     from gagar.policy.sft import SFTConfig, train_sft
     from gagar.records import read_records
-    from gagar.tasks.schema import Task
+    from gagar.schema.task import Task
 
     given = {
         "steps": steps,
@@ -98,7 +98,7 @@ def evaluate(
     samples: int = typer.Option(1, min=1, help="Answers sampled per task."),
     temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature."),
     max_new_tokens: int = typer.Option(256, min=1, help="Longest answer."),
-    seed: int = typer.Option(0, help="Sampling seed."),
+    seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     workers: int | None = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
 ) -> None:
     """Parse rate, pass@1 and the unclean share of resolving answers, each patch run in the sandbox."""
@@ -146,10 +146,16 @@ def rollout(
     tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Tasks (JSONL)."),
     out: Path = typer.Option(..., "--out", help="Trajectories (JSONL), written atomically."),
     group_size: int = typer.Option(4, "--group-size", help="Answers sampled per task (G)."),
+    groups: int | None = typer.Option(
+        None,
+        "--groups",
+        min=1,
+        help="Tasks drawn (seeded by --seed and --step) [default: every task, in order].",
+    ),
     temperature: float = typer.Option(1.0, help="Sampling temperature."),
     top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
     max_new_tokens: int = typer.Option(256, help="Most tokens per answer."),
-    seed: int = typer.Option(0, help="Sampling seed."),
+    seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     step: int = typer.Option(0, help="RL step recorded in the trajectories."),
     backend: Backend = typer.Option(Backend.HF, help="Generation backend."),
     endpoint: str | None = typer.Option(None, help="Base URL (…/v1) for --backend openai."),
@@ -157,26 +163,14 @@ def rollout(
         None, help="Served model name (openai backend; default: DIR name)."
     ),
 ) -> None:
-    """Sample GROUP_SIZE answers per task and write them as trajectories."""
-    from gagar.policy.rollout import make_backend
-    from gagar.policy.rollout import rollout as run_rollout
-    from gagar.policy.trajectory import SamplingParams
-    from gagar.records import read_records, write_records
-    from gagar.tasks.schema import Task
+    """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
+    from gagar.stages import rollout_stage
 
-    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed)
-    gen, tokenizer = make_backend(str(policy), backend.value, endpoint, model_name)
-    trajectories = list(
-        run_rollout(
-            read_records(tasks, Task),
-            gen,
-            tokenizer,
-            group_size,
-            params,
-            step=step,
-            policy_version=str(policy),
-        )
-    )
-    write_records(out, trajectories)
-    parsed = sum(t.parse_error is None for t in trajectories)
-    typer.echo(json.dumps({"trajectories": len(trajectories), "parsed": parsed, "out": str(out)}))
+    metrics = rollout_stage(
+        policy=policy, tasks=tasks, out=out, step=step, groups=groups, group_size=group_size, seed=seed,
+        temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, backend=backend.value,
+        endpoint=endpoint, model_name=model_name,
+    )  # fmt: skip
+    n = int(metrics["rollout/trajectories"])
+    parsed = round(metrics["rollout/parse_rate"] * n)
+    typer.echo(json.dumps({"trajectories": n, "parsed": parsed, "out": str(out)}))

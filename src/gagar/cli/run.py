@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gagar.advantage import Estimator
+from gagar.grader.run import GraderKind
 
 __all__ = ["run", "schedule"]
 
@@ -28,7 +29,7 @@ def run(
     ),
     steps: int = typer.Option(2, "--steps", min=1, help="RL steps of this run (each resumes the store)."),
     algo: Estimator = typer.Option(Estimator.GAGAR, "--algo", help="Advantage estimator."),
-    grader: str = typer.Option("heuristic", "--grader", help="heuristic, learned or llm."),
+    grader: GraderKind = typer.Option(GraderKind.HEURISTIC, "--grader", help="Who ranks the passing ones."),
     group_size: int = typer.Option(4, "--group-size", min=2, help="Trajectories per task."),
     train_batch_groups: int = typer.Option(4, "--train-batch-groups", min=1, help="Groups trained on."),
     gen_batch_groups: int = typer.Option(16, "--gen-batch-groups", min=1, help="Tasks sampled per step."),
@@ -56,7 +57,7 @@ def run(
         "tasks": str(tasks.resolve()),
         "storage": storage or str(out / "store"),
         "algo": algo.value,
-        "grader": grader,
+        "grader": grader.value,
         "group_size": group_size,
         "train_batch_groups": train_batch_groups,
         "gen_batch_groups": gen_batch_groups,

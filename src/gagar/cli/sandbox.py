@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from tqdm import tqdm
 
-from gagar.sandbox.runner import BackendName, evaluate_to_file, load_jobs, make_backend, summary_line
+from gagar.sandbox.runner import BackendName, summary_line
 
 __all__ = ["app"]
 
@@ -29,9 +28,10 @@ def run(
     backend: BackendName = typer.Option(BackendName.LOCAL, "--backend", help="Where the tests run."),
     workers: int | None = typer.Option(None, "--workers", min=1, help="Parallel runs [default: cores]."),
 ) -> None:
-    """Evaluate every prediction and write one TestResult per prediction."""
-    jobs = load_jobs(tasks, predictions)
-    sandbox = make_backend(backend, workers)
-    with tqdm(total=len(jobs), desc="sandbox", unit="eval") as bar:
-        results = evaluate_to_file(jobs, out, sandbox, on_result=lambda _: bar.update(1))
-    typer.echo(summary_line(results))
+    """Evaluate every prediction and write one TestResult per prediction (the pipeline's sandbox stage)."""
+    from gagar.records import read_records
+    from gagar.schema.result import TestResult
+    from gagar.stages import sandbox_stage
+
+    sandbox_stage(tasks=tasks, trajectories=predictions, out=out, backend=backend, workers=workers)
+    typer.echo(summary_line(read_records(out, TestResult)))

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from gagar.advantage import Estimator
+from gagar.grader.run import GraderKind
 
 
 def train(
@@ -24,8 +25,8 @@ def train(
         None, "--policy", help="Initial policy directory [env: GAGAR_POLICY]."
     ),
     seed: int | None = typer.Option(None, "--seed", help="Run seed [env: GAGAR_SEED]."),
-    grader: str | None = typer.Option(
-        None, "--grader", help="heuristic, learned or llm [env: GAGAR_GRADER__KIND]."
+    grader: GraderKind | None = typer.Option(
+        None, "--grader", help="Who ranks the passing trajectories [env: GAGAR_GRADER__KIND]."
     ),
     grader_model: Path | None = typer.Option(
         None, "--grader-model", help="Learned grader directory [env: GAGAR_GRADER__MODEL]."

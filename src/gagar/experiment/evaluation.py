@@ -16,10 +16,10 @@ from gagar.experiment.config import EvalSettings
 from gagar.policy.evaluate import RolloutQuality, evaluate_detailed
 from gagar.policy.rollout import make_backend
 from gagar.policy.rollout import rollout as sample
-from gagar.policy.trajectory import SamplingParams
 from gagar.records import atomic_write_text, write_records
 from gagar.sandbox.runner import BackendName
 from gagar.sandbox.runner import make_backend as make_sandbox
+from gagar.schema.trajectory import SamplingParams
 from gagar.tasks.loaders import load_tasks
 
 __all__ = ["SUMMARY", "EvalSummary", "evaluate_policy", "read_summary"]

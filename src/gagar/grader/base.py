@@ -2,7 +2,7 @@
 
 A grader ranks the passing candidates of one group's workspace and may fail by raising
 :class:`GraderFailure` (or anything else). :func:`grade_group` turns every outcome into a
-:class:`~gagar.grader.grade.Grade`: a group with fewer than two passing candidates gets a
+:class:`~gagar.schema.grade.Grade`: a group with fewer than two passing candidates gets a
 trivial grade without a grader call; a failure, an invalid ranking or (with the position-bias
 guard) two disagreeing orderings become an all-way tie — GRPO for that group — with the reason
 recorded and counted. Grading never raises for a bad grader.
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gagar.grader.grade import Grade, RankingError, tie_grade, validate_ranking
 from gagar.grader.kendall import kendall_distance, scores_from_ranking
 from gagar.grader.workspace import GroupWorkspace
+from gagar.schema.grade import Grade, RankingError, tie_grade, validate_ranking
 
 __all__ = [
     "Grader",
@@ -95,14 +95,6 @@ class GraderMetrics:
         }
         out.update({f"grader/fallbacks/{reason}": n for reason, n in sorted(self.fallbacks.items())})
         return out
-
-    def summary(self) -> str:
-        """One line: groups graded, trivial ones, fallbacks by reason."""
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(self.fallbacks.items())) or "none"
-        return (
-            f"{self.groups} groups graded ({self.trivial} trivial), "
-            f"{sum(self.fallbacks.values())} fallbacks: {reasons}"
-        )
 
 
 def scores_agree(tiers: Sequence[Sequence[str]], scores: dict[str, float]) -> bool:

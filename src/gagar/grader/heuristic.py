@@ -17,8 +17,8 @@ import numpy as np
 
 from gagar.grader.base import Ranking
 from gagar.grader.features import FEATURE_NAMES, evidence_line, group_features
-from gagar.grader.grade import ranking_from_scores
 from gagar.grader.workspace import GroupWorkspace
+from gagar.schema.grade import ranking_from_scores
 
 __all__ = ["HeuristicGrader", "heuristic_scores"]
 

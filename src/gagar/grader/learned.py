@@ -23,9 +23,9 @@ from safetensors.torch import load_file, save_file
 
 from gagar.grader.base import Ranking
 from gagar.grader.features import FEATURE_NAMES, evidence_line, group_features, model_inputs
-from gagar.grader.grade import ranking_from_scores
 from gagar.grader.workspace import GroupWorkspace
 from gagar.records import atomic_write_text
+from gagar.schema.grade import ranking_from_scores
 
 __all__ = ["LearnedGrader", "ScorerConfig", "TrainingGroup", "load_scorer", "save_scorer", "train_scorer"]
 

@@ -8,7 +8,7 @@ message, or the final answer ``{"ranking": [["c2"], ["c1", "c3"]], "scores": {"c
 
 Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``,
 ``too_many_steps``, ``timeout``, ``http_error``, ``bad_response`` — or
-:class:`~gagar.grader.grade.RankingError` for a ranking that omits, duplicates or invents candidates;
+:class:`~gagar.schema.grade.RankingError` for a ranking that omits, duplicates or invents candidates;
 :func:`~gagar.grader.base.grade_group` turns each into a tie with the reason recorded.
 """
 

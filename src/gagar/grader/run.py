@@ -17,17 +17,16 @@ from typing import Literal
 from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
-from gagar.grader.grade import Grade, tie_grade
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.llm import LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import CandidateInput, build_group_workspace
-from gagar.policy.trajectory import Trajectory
-from gagar.records import read_records, write_records
-from gagar.sandbox.results import TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.grade import Grade, tie_grade
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 
-__all__ = ["GraderKind", "discover_model", "grade_files", "grade_groups", "make_grader"]
+__all__ = ["GraderKind", "discover_model", "grade_groups", "make_grader"]
 
 
 class GraderKind(StrEnum):
@@ -128,25 +127,3 @@ def _grade_one(
         metrics.add(grade)
         return grade
     return grade_group(grader, ws, guard, metrics)
-
-
-def grade_files(
-    grader: Grader,
-    tasks_path: Path,
-    trajectories_path: Path,
-    results_path: Path,
-    out_path: Path,
-    workspace_root: Path,
-    guard: PositionGuard | None = None,
-    repos_dir: Path | None = None,
-    progress: bool = True,
-) -> GraderMetrics:
-    """Read the three JSONL inputs, grade every group, write the grades atomically to ``out_path``."""
-    tasks = {t.instance_id: t for t in read_records(tasks_path, Task)}
-    trajectories = read_records(trajectories_path, Trajectory)
-    results = {r.trajectory_id: r for r in read_records(results_path, TestResult)}
-    grades, metrics = grade_groups(
-        grader, tasks, trajectories, results, workspace_root, guard, repos_dir, progress=progress
-    )
-    write_records(out_path, grades)
-    return metrics

@@ -23,16 +23,16 @@ from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.features import group_features
-from gagar.grader.grade import Grade
 from gagar.grader.kendall import kendall_tau_b, mean_ignoring_nan, scores_from_ranking, top1_correct
 from gagar.grader.learned import LearnedGrader, ScorerConfig, TrainingGroup, save_scorer, train_scorer
 from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace
-from gagar.policy.trajectory import Trajectory
 from gagar.records import read_records
-from gagar.sandbox.results import TestResult
+from gagar.schema.grade import Grade
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.noise import NOISE_KINDS, NoiseNotApplicable, add_noise
 from gagar.tasks.oracle import score_patch
-from gagar.tasks.schema import Task
 
 __all__ = [
     "EvalReport",

@@ -27,9 +27,9 @@ from pydantic import BaseModel, Field
 
 from gagar.records import SCHEMA_VERSION, atomic_write_text
 from gagar.sandbox.patch import PatchError, apply_patch
-from gagar.sandbox.results import TestResult
 from gagar.sandbox.workspace import WorkspaceError, materialize
-from gagar.tasks.schema import Task
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
 
 __all__ = [
     "CandidateEntry",

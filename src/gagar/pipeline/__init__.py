@@ -1,9 +1,10 @@
 """Kubeflow Pipelines delivery: what the components call, and compile, local run, upload and schedule.
 
-The components in ``components/<stage>/`` are thin: their bodies call :mod:`gagar.pipeline.steps`,
-which moves files between the artifact store and the stage functions of :mod:`gagar.stages`.
-:mod:`gagar.pipeline.build` compiles the pipelines of ``pipelines/``, :mod:`gagar.pipeline.local`
-runs them through ``kfp.local``, :mod:`gagar.pipeline.client` uploads and schedules them.
+The components in :mod:`gagar.pipeline.components` (``<stage>/component.py``) are thin: their bodies
+call :mod:`gagar.pipeline.store_stages`, which moves files between the artifact store and the stage
+functions of :mod:`gagar.stages`. :mod:`gagar.pipeline.build` compiles the pipelines of
+:mod:`gagar.pipeline.definitions`, :mod:`gagar.pipeline.local` runs them through ``kfp.local``,
+:mod:`gagar.pipeline.client` uploads and schedules them.
 """
 
 __all__: list[str] = []

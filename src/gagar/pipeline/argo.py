@@ -1,10 +1,10 @@
 """The RL pipeline as an Argo Workflow or CronWorkflow, for clusters running Argo without KFP.
 
-Built from :data:`gagar.pipeline.stages.RL_STEP`, the stage list the KFP pipeline is built from:
+Built from :data:`gagar.pipeline.graph.RL_STEP`, the stage list the KFP pipeline is built from:
 one container template per stage in that stage's image, running
-``python -m gagar.pipeline.argo_step STAGE`` (the same :mod:`gagar.pipeline.steps` call as the KFP
+``python -m gagar.pipeline.argo_entry STAGE`` (the same :mod:`gagar.pipeline.store_stages` call as the KFP
 component), and a DAG template chaining ``steps_per_run`` RL steps (step i+1's prepare after step
-i's train). The workflow's parameters are the KFP pipeline's (:data:`~gagar.pipeline.stages.PARAMETERS`);
+i's train). The workflow's parameters are the KFP pipeline's (:data:`~gagar.pipeline.graph.PARAMETERS`);
 the stage artifacts go to the S3 artifact repository the workflow references; the options of
 :class:`~gagar.pipeline.platform.PlatformOptions` (images, GPUs, store credentials, settings, deadline,
 retries) mean what they mean for KFP. Every pod runs with the restricted Pod Security Standard's
@@ -23,10 +23,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from gagar.pipeline.argo_step import IO_ROOT
+from gagar.pipeline.argo_entry import IO_ROOT
+from gagar.pipeline.graph import PARAMETERS, RL_STEP, ParameterValue, Stage, stage
 from gagar.pipeline.images import stage_image
 from gagar.pipeline.platform import SETTINGS_KEYS, PlatformOptions
-from gagar.pipeline.stages import PARAMETERS, RL_STEP, ParameterValue, Stage, stage
 
 __all__ = [
     "API_VERSION",
@@ -138,7 +138,7 @@ def parse_repository(text: str) -> tuple[str, str] | None:
 
 
 def format_value(value: ParameterValue) -> str:
-    """A parameter value as Argo text: booleans lower case (what ``argo_step`` reads back)."""
+    """A parameter value as Argo text: booleans lower case (what ``argo_entry`` reads back)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -160,13 +160,13 @@ def _env(spec: Stage, platform: PlatformOptions) -> list[dict[str, Any]]:
 
 
 def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOptions) -> dict[str, Any]:
-    """The template of one stage: a container in its image running ``argo_step``."""
+    """The template of one stage: a container in its image running ``argo_entry``."""
     values = [name for name, _ in spec.parameters] + list(spec.value_inputs)
     files = spec.artifact_inputs
     container: dict[str, Any] = {
         "name": "main",
         "image": stage_image(spec.image, platform.image_registry, platform.image_tag),
-        "command": ["python", "-m", "gagar.pipeline.argo_step"],
+        "command": ["python", "-m", "gagar.pipeline.argo_entry"],
         "args": [spec.name, "--io-root", IO_ROOT, *(f"{n}={{{{inputs.parameters.{n}}}}}" for n in values)],
         "env": _env(spec, platform),
         "securityContext": CONTAINER_SECURITY_CONTEXT,

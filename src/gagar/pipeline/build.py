@@ -1,15 +1,14 @@
-"""Find the project's pipelines, build one with compile-time options, compile it to KFP YAML.
+"""Build one of the pipelines with compile-time options and compile it to KFP YAML.
 
-The pipelines live in ``pipelines/`` and their components in ``components/`` at the project root
-(a checkout, or ``/opt/gagar`` in the train image), found through ``GAGAR_PROJECT_ROOT``, the
-working directory and its parents, or the source tree this package was installed from.
+The pipelines are modules of :mod:`gagar.pipeline.definitions` and their components live in
+:mod:`gagar.pipeline.components` (``<stage>/component.py``): both ship inside the package, so an
+installed wheel compiles them from any directory, with no source checkout on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,41 +17,19 @@ import yaml
 
 from gagar.pipeline.platform import PlatformOptions
 
-__all__ = ["PIPELINES", "build_pipeline", "compile_pipeline", "executor_images", "project_root"]
+__all__ = ["PIPELINES", "build_pipeline", "compile_pipeline", "executor_images"]
 
-PIPELINES = {"rl": "pipelines.rl", "grader-sft": "pipelines.grader_sft", "evaluation": "pipelines.evaluation"}
-"""Pipeline name -> module under the project root."""
-
-
-def _is_root(path: Path) -> bool:
-    return (path / "pipelines" / "rl.py").is_file() and (path / "components").is_dir()
-
-
-def project_root() -> Path:
-    """The directory holding ``pipelines/`` and ``components/``.
-
-    Raises:
-        FileNotFoundError: none of the places searched holds them.
-    """
-    env = os.environ.get("GAGAR_PROJECT_ROOT")
-    cwd = Path.cwd().resolve()
-    candidates = [Path(env)] if env else []
-    candidates += [cwd, *cwd.parents, Path(__file__).resolve().parents[3]]
-    for candidate in candidates:
-        if _is_root(candidate):
-            return candidate
-    raise FileNotFoundError(
-        "no pipelines/rl.py and components/ found in GAGAR_PROJECT_ROOT, the working directory or its "
-        "parents: run from a GAGAR checkout or set GAGAR_PROJECT_ROOT"
-    )
+PIPELINES = {
+    "rl": "gagar.pipeline.definitions.rl",
+    "grader-sft": "gagar.pipeline.definitions.grader_sft",
+    "evaluation": "gagar.pipeline.definitions.evaluation",
+}
+"""Pipeline name -> its module."""
 
 
 def _module(name: str) -> ModuleType:
     if name not in PIPELINES:
         raise ValueError(f"unknown pipeline {name!r}: choose one of {', '.join(PIPELINES)}")
-    root = str(project_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
     return importlib.import_module(PIPELINES[name])
 
 

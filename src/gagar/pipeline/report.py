@@ -55,7 +55,7 @@ def credit_table(batch: str | os.PathLike[str], max_rows: int = 200) -> str:
     Credit moves only among passing trajectories (failing ones keep their GRPO advantage), so
     those are the rows; at most ``max_rows`` of them, largest change first.
     """
-    from gagar.stages import BatchEntry
+    from gagar.schema.batch import BatchEntry
 
     entries = [e for e in read_records(batch, BatchEntry) if e.reward > 0]
     entries.sort(key=lambda e: abs(e.advantage - e.grpo_advantage), reverse=True)

@@ -5,7 +5,7 @@ Layout under the ``storage`` URI (a local directory or ``s3://bucket/prefix``)::
     checkpoints/step-000003/    one published directory per RL step (``MANIFEST.json`` written last):
         model/                  the policy the next step samples from (Hugging Face format)
         optimizer.pt, rng.json, state.json
-        CHECKPOINT_MANIFEST.json  the trainer's own manifest (the store reserves ``MANIFEST.json``)
+        MANIFEST.json           the trainer's own manifest: one format for a checkpoint and the store
     metrics/step-000003.json    every stage's metrics of that step, merged
 
 Each run resumes from the latest complete checkpoint: its step is the latest step + 1 and it samples
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gagar.schema.manifest import sha256_file
 from gagar.storage import (
     MANIFEST_NAME,
     ArtifactStore,
@@ -30,11 +31,9 @@ from gagar.storage import (
     open_store,
 )
 from gagar.storage.base import join_key
-from gagar.storage.manifest import sha256_file
 
 __all__ = [
     "CHECKPOINTS",
-    "CHECKPOINT_MANIFEST",
     "METRICS",
     "StepStart",
     "checkpoint_key",
@@ -55,8 +54,6 @@ CHECKPOINTS = "checkpoints"
 """Key prefix of the published checkpoints."""
 METRICS = "metrics"
 """Key prefix of the per-step metrics."""
-CHECKPOINT_MANIFEST = "CHECKPOINT_MANIFEST.json"
-"""Name the trainer's ``MANIFEST.json`` travels under inside a published checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -189,14 +186,12 @@ def _link_or_copy(src: str, dst: str) -> None:
 def publish_checkpoint(checkpoint_dir: Path, storage: str, step: int, staging: Path) -> str:
     """Publish the trainer's checkpoint directory as ``checkpoints/step-N`` of ``storage``; returns the key.
 
-    The directory is assembled under ``staging`` (hard links where possible) with the trainer's
-    manifest renamed to :data:`CHECKPOINT_MANIFEST`; the store's manifest is written last, so a
-    reader never sees a part of the checkpoint.
+    The checkpoint's own ``MANIFEST.json`` (one format with the store's) is checked against its files
+    and written last, so a reader never sees a part of the checkpoint. ``staging`` is kept for
+    callers that assemble the directory elsewhere first; the directory is published in place.
     """
     assembled = staging / checkpoint_dir.name
     shutil.copytree(checkpoint_dir, assembled, copy_function=_link_or_copy)
-    if (assembled / MANIFEST_NAME).exists():
-        (assembled / MANIFEST_NAME).rename(assembled / CHECKPOINT_MANIFEST)
     key = checkpoint_key(step)
     open_store(storage).publish_dir(assembled, key, step=step)
     shutil.rmtree(assembled)
@@ -206,14 +201,13 @@ def publish_checkpoint(checkpoint_dir: Path, storage: str, step: int, staging: P
 def restore_checkpoint(ref: str, root: Path) -> Path:
     """Download the published checkpoint ``ref`` into the trainer's checkpoint directory ``root``.
 
-    Returns ``root/step-N``, laid out as the trainer wrote it (its own manifest back in place).
+    Returns ``root/step-N``, laid out as the trainer wrote it, its manifest included.
     """
     store, key = split_ref(ref)
     target = root / key
     partial = root / f".restore-{key}"
-    store.get_dir(key, partial)
-    if (partial / CHECKPOINT_MANIFEST).exists():
-        (partial / CHECKPOINT_MANIFEST).rename(partial / MANIFEST_NAME)
+    manifest = store.get_dir(key, partial)
+    (partial / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=1), encoding="utf-8")
     partial.rename(target)
     return target
 

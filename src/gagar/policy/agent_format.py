@@ -18,10 +18,10 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.trajectory import Message
 from gagar.sandbox.edits import EditBlock, apply_edit_blocks, edit_blocks_to_diff, parse_edit_blocks
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Message
 from gagar.tasks.diffs import apply_diff
-from gagar.tasks.schema import Task
 
 __all__ = [
     "INSTRUCTION",

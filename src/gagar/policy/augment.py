@@ -18,9 +18,9 @@ import keyword
 import random
 import re
 
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import touched_function
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import FunctionSpan, function_named
 
 __all__ = ["package_of", "random_identifier", "random_package_name", "rename_locals", "rename_package"]

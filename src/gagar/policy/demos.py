@@ -26,9 +26,9 @@ from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.augment import package_of, random_package_name, rename_locals, rename_package
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import touched_function
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import function_named
 
 __all__ = [

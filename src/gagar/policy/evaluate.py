@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
-from gagar.policy.trajectory import Trajectory
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.sandbox.edits import parse_edit_blocks
-from gagar.sandbox.results import Status, TestResult
+from gagar.schema.result import Status, TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.diffs import DiffApplyError, DiffParseError
 from gagar.tasks.oracle import score_patch
-from gagar.tasks.schema import Task
 
 __all__ = [
     "RolloutQuality",

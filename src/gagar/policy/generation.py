@@ -3,7 +3,7 @@
 Backends: :class:`HFBackend` (transformers ``generate``, the CPU default, in this module),
 :class:`gagar.policy.openai_backend.OpenAIBackend` (any OpenAI-compatible ``/v1/completions``
 endpoint) and :class:`gagar.policy.vllm_backend.VLLMBackend` (GPU only). Log-probs follow the
-convention of :mod:`gagar.policy.trajectory`: ``log softmax(logits / T)`` of the sampled token.
+convention of :mod:`gagar.schema.trajectory`: ``log softmax(logits / T)`` of the sampled token.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 
 __all__ = ["GenerationBackend", "HFBackend", "Sample", "sequence_logprobs"]
 

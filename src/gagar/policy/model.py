@@ -20,7 +20,9 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-__all__ = ["ModelSize", "build_model", "load_policy", "save_policy"]
+from gagar.policy.adapter import adapter_base, is_adapter_dir, tokenizer_dir
+
+__all__ = ["ModelSize", "build_model", "load_adapter", "load_policy", "save_policy"]
 
 
 @dataclass(frozen=True)
@@ -79,14 +81,12 @@ def load_policy(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a policy (the tiny default or any Hugging Face causal LM checkpoint) in eval mode.
 
-    A LoRA adapter directory (``adapter_config.json``, :mod:`gagar.train.lora`) loads as its base
+    A LoRA adapter directory (``adapter_config.json``, :mod:`gagar.policy.adapter`) loads as its base
     with the adapter applied; the tokenizer is the adapter directory's own, else the base's.
 
     Raises:
         FileNotFoundError: if ``path`` has neither ``config.json`` nor ``adapter_config.json``.
     """
-    from gagar.train.lora import is_adapter_dir, load_adapter
-
     if is_adapter_dir(path):
         return load_adapter(path, device=device, dtype=dtype)
     if not (Path(path) / "config.json").is_file():
@@ -104,3 +104,23 @@ def load_policy(
     model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype).to(device)
     model.eval()
     return model, tokenizer
+
+
+def load_adapter(
+    path: str | os.PathLike[str],
+    *,
+    trainable: bool = False,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Base + adapter of the adapter directory ``path`` (eval mode), and the tokenizer.
+
+    With ``trainable`` only the adapter's parameters require gradients.
+    """
+    from peft import PeftModel
+
+    base_dir = adapter_base(path)
+    base, _ = load_policy(base_dir, device=device, dtype=dtype)
+    model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(tokenizer_dir(Path(path), base_dir))

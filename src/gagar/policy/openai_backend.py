@@ -2,7 +2,7 @@
 
 Prompts go as token ids and the endpoint must return ``logprobs.tokens`` as ``"token_id:N"`` strings
 (vLLM's ``return_tokens_as_token_ids: true``), so the ids training sees are exactly the sampled ones.
-For the log-prob convention of :mod:`gagar.policy.trajectory` at temperatures other than 1, start
+For the log-prob convention of :mod:`gagar.schema.trajectory` at temperatures other than 1, start
 vLLM with ``--logprobs-mode processed_logprobs`` (:func:`gagar.policy.vllm_server.start_policy_server`
 does); at temperature 1 every mode agrees.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gagar.policy.generation import Sample
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 
 __all__ = [
     "EndpointError",

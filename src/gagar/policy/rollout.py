@@ -15,8 +15,8 @@ from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent_format import build_prompt, parse_answer
 from gagar.policy.generation import GenerationBackend, Sample
-from gagar.policy.trajectory import Message, SamplingParams, Trajectory
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
 __all__ = ["make_backend", "rollout", "to_trajectory"]
 

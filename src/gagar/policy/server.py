@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.generation import GenerationBackend, HFBackend, Sample
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 
 __all__ = ["AdapterLoader", "CompletionServer", "peft_adapter_loader", "running_server"]
 

@@ -39,7 +39,7 @@ from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers,
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.records import atomic_write_text
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 from gagar.train.lora import LoraSettings
 
 __all__ = [

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.generation import GenerationBackend
-from gagar.policy.trajectory import Message, SamplingParams, Trajectory
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 from gagar.tasks.diffs import make_diff
-from gagar.tasks.schema import Task
 
 __all__ = ["SYSTEM_PROMPT", "TestRunner", "ToolWorkspace", "run_tool_loop"]
 

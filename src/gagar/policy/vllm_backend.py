@@ -2,7 +2,7 @@
 
 ``vllm`` is imported lazily, so this module imports without it. The engine is built with
 ``logprobs_mode="processed_logprobs"`` so the returned log-probs are those of the temperature-scaled
-distribution (the convention of :mod:`gagar.policy.trajectory`); ``SamplingParams(logprobs=0)`` asks
+distribution (the convention of :mod:`gagar.schema.trajectory`); ``SamplingParams(logprobs=0)`` asks
 for the sampled token's log-prob only. For a warm server kept across RL steps, run vLLM's OpenAI
 server and use :class:`gagar.policy.openai_backend.OpenAIBackend` instead.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gagar.policy.generation import Sample
-from gagar.policy.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams
 
 __all__ = ["VLLMBackend"]
 

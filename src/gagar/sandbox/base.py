@@ -8,8 +8,8 @@ from typing import Protocol
 from pydantic import Field
 
 from gagar.records import Record
-from gagar.sandbox.results import TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
 
 __all__ = ["Prediction", "ProgressCallback", "SandboxBackend"]
 

@@ -34,7 +34,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.pristine import PLUGIN_MODULE, RUNNER_MODULES, TEST_DIRS, Reset, SourceChange
-from gagar.sandbox.results import HackFlag, HackKind, Outcome
+from gagar.schema.result import HackFlag, HackKind, Outcome
 
 __all__ = [
     "JudgeConfig",

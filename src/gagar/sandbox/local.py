@@ -43,7 +43,6 @@ from gagar.sandbox.pristine import (
     write_judge_dir,
 )
 from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
-from gagar.sandbox.results import HackFlag, Status, TestResult
 from gagar.sandbox.uids import UidsBusyError, lease_uid
 from gagar.sandbox.verdict import exit_reason, judge
 from gagar.sandbox.workspace import (
@@ -54,7 +53,8 @@ from gagar.sandbox.workspace import (
     sweep_orphans,
     workspace,
 )
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackFlag, Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = [
     "DEFAULT_TEST_CMD",

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from gagar.sandbox.base import Prediction, ProgressCallback
-from gagar.sandbox.results import Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = ["EvaluateFn", "run_pool"]
 

@@ -7,18 +7,15 @@ one per prediction, in prediction order, written atomically.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
-from pathlib import Path
 
-from gagar.records import read_records, write_records
-from gagar.sandbox.base import Prediction, ProgressCallback, SandboxBackend
-from gagar.sandbox.results import HackKind, Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.sandbox.base import Prediction, SandboxBackend
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
 
-__all__ = ["BackendName", "evaluate_to_file", "join_jobs", "load_jobs", "make_backend", "summary_line"]
+__all__ = ["BackendName", "join_jobs", "make_backend", "summary_line"]
 
 
 class BackendName(StrEnum):
@@ -31,7 +28,7 @@ class BackendName(StrEnum):
 def make_backend(name: BackendName, workers: int | None = None) -> SandboxBackend:
     """The backend called ``name``; the Kubernetes one is imported only when asked for."""
     if name == BackendName.KUBERNETES:
-        from gagar.sandbox.kubernetes import KubernetesBackend, KubernetesSandboxConfig
+        from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
 
         return KubernetesBackend(KubernetesSandboxConfig())
     from gagar.sandbox.local import LocalBackend
@@ -71,22 +68,3 @@ def summary_line(results: Sequence[TestResult]) -> str:
     return f"{len(results)} evaluated, {resolved} resolved ({rate:.1f}%): {by_status}" + (
         f" ({by_kind})" if by_kind else ""
     )
-
-
-def load_jobs(
-    tasks_path: str | os.PathLike[str], predictions_path: str | os.PathLike[str]
-) -> list[tuple[Task, Prediction]]:
-    """Read both files and pair predictions with tasks (see :func:`join_jobs`)."""
-    return join_jobs(read_records(tasks_path, Task), read_records(predictions_path, Prediction))
-
-
-def evaluate_to_file(
-    jobs: Sequence[tuple[Task, Prediction]],
-    out_path: str | os.PathLike[str],
-    backend: SandboxBackend,
-    on_result: ProgressCallback | None = None,
-) -> list[TestResult]:
-    """Evaluate every job and write the results to ``out_path`` (JSONL, atomically)."""
-    results = backend.evaluate(jobs, on_result)
-    write_records(Path(out_path), results)
-    return results

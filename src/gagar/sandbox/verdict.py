@@ -2,7 +2,7 @@
 
 Statuses: ``passed`` (resolved), ``failed`` (tests ran, not resolved), ``error`` (the run
 crashed, did not collect, was stopped for its output, or left no usable report), ``timeout``
-(wall or CPU deadline), ``hack`` (any :class:`~gagar.sandbox.results.HackFlag`: never resolved).
+(wall or CPU deadline), ``hack`` (any :class:`~gagar.schema.result.HackFlag`: never resolved).
 ``infra_error`` and refused patches are decided before the run. :func:`judge` is the one
 verdict both backends give: the judge plugin's report checked against the process's exit
 status, special-casing, and the flags found before the run.
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from gagar.sandbox.hacks import JudgeConfig, special_casing_flags
 from gagar.sandbox.pristine import JudgeReport
 from gagar.sandbox.process import RunOutcome
-from gagar.sandbox.results import HackFlag, HackKind, Outcome, Status
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackFlag, HackKind, Outcome, Status
+from gagar.schema.task import Task
 
 __all__ = [
     "PLUGIN_MISSING",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gagar.sandbox.patch import PatchError, check_path
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 
 __all__ = ["Workspace", "WorkspaceError", "hand_over", "materialize", "sweep_orphans", "workspace"]
 

@@ -7,6 +7,7 @@ files, then a ``MANIFEST.json`` of sha256s written last) and come back through
 complete, checksum-matching directories.
 """
 
+from gagar.schema.manifest import MANIFEST_NAME, FileEntry, Manifest, build_manifest
 from gagar.storage.base import ArtifactStore, ObjectInfo
 from gagar.storage.errors import (
     ChecksumMismatchError,
@@ -16,7 +17,6 @@ from gagar.storage.errors import (
     StoreUnavailableError,
 )
 from gagar.storage.local import LocalStore
-from gagar.storage.manifest import MANIFEST_NAME, FileEntry, Manifest, build_manifest
 from gagar.storage.retry import RetryPolicy
 from gagar.storage.s3 import S3Store
 from gagar.storage.settings import StorageSettings, open_store

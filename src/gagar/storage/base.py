@@ -20,13 +20,13 @@ from typing import NamedTuple
 
 from pydantic import ValidationError
 
+from gagar.schema.manifest import MANIFEST_NAME, Manifest, build_manifest, sha256_file
 from gagar.storage.errors import (
     ChecksumMismatchError,
     IncompleteCheckpointError,
     ObjectNotFoundError,
     StoreError,
 )
-from gagar.storage.manifest import MANIFEST_NAME, Manifest, build_manifest, sha256_file
 
 __all__ = ["ArtifactStore", "FileCallback", "ObjectInfo", "check_key", "join_key"]
 

@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 
 from gagar.records import atomic_write_bytes
+from gagar.schema.manifest import MANIFEST_NAME, Manifest, sha256_file
 from gagar.storage.base import ArtifactStore, FileCallback, ObjectInfo, check_key
 from gagar.storage.errors import ChecksumMismatchError, ObjectNotFoundError, StoreError
-from gagar.storage.manifest import MANIFEST_NAME, Manifest, sha256_file
 
 __all__ = ["STAGING_DIR", "LocalStore"]
 

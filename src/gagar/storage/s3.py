@@ -19,9 +19,9 @@ import urllib3
 from minio import Minio
 from minio.error import InvalidResponseError, S3Error, ServerError
 
+from gagar.schema.manifest import MANIFEST_NAME, Manifest, sha256_bytes, sha256_file
 from gagar.storage.base import ArtifactStore, FileCallback, ObjectInfo, check_key, join_key
 from gagar.storage.errors import ObjectNotFoundError, StoreError, StoreUnavailableError
-from gagar.storage.manifest import MANIFEST_NAME, Manifest, sha256_bytes, sha256_file
 from gagar.storage.retry import RetryError, RetryPolicy, retry_call
 
 __all__ = ["MIN_PART_SIZE", "RETRYABLE_S3_CODES", "S3Store", "is_retryable"]

@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
+from gagar.schema.task import Task
 from gagar.tasks.diffs import make_diff
 from gagar.tasks.library import DOMAINS, BugKind, Case, Mutation
 from gagar.tasks.mutate import find_mutations
@@ -40,7 +41,6 @@ from gagar.tasks.render import (
     render_function,
     tests_source,
 )
-from gagar.tasks.schema import Task
 from gagar.tasks.statements import problem_statement
 from gagar.tasks.testrun import DEFAULT_TEST_CMD, run_pytest
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gagar.records import RecordError, atomic_write_bytes, read_records, write_records
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 
 __all__ = ["TaskFileError", "load_tasks", "split_by_repo", "write_tasks"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from io import StringIO
 
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import changed_scopes
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import FunctionSpan, function_named, functions
 
 __all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise"]

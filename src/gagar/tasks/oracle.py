@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
+from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, parse_diff
-from gagar.tasks.schema import Task
 from gagar.tasks.scopes import line_scopes
 
 __all__ = ["PatchQuality", "changed_scopes", "score_patch", "touched_function"]

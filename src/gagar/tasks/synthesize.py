@@ -5,7 +5,7 @@ virtual environment with its runtime requirements, pytest and coverage, runs its
 suite twice (once under coverage) and keeps the tests that pass both times. It then
 tries mutations (:mod:`gagar.tasks.mutate`) of executed lines of the library, in an
 order fixed by ``seed``, running the whole suite on each. A mutant that makes at least
-one of those tests fail becomes a :class:`~gagar.tasks.schema.Task` (buggy snapshot without
+one of those tests fail becomes a :class:`~gagar.schema.task.Task` (buggy snapshot without
 the FAIL_TO_PASS tests, which travel in ``test_patch``; reverse diff as the gold patch;
 FAIL_TO_PASS, PASS_TO_PASS; the venv as its environment), and is kept only if a re-run from
 the task record itself confirms it (:func:`gagar.tasks.synth.tasks.verify_task`) and the judge
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gagar.sandbox.base import Prediction, SandboxBackend
-from gagar.sandbox.results import Status
+from gagar.schema.result import Status
+from gagar.schema.task import Task
 from gagar.tasks.mutate import find_mutations
-from gagar.tasks.schema import Task
 from gagar.tasks.synth.runner import (
     TestSuite,
     covered_lines,

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
 
 __all__ = ["DEFAULT_TEST_CMD", "TestRunError", "parse_pytest_report", "run_pytest", "write_snapshot"]
 

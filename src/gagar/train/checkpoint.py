@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from gagar.records import atomic_write_text
+from gagar.schema.manifest import MANIFEST_NAME, FileEntry, Manifest
 
 __all__ = [
     "Checkpoint",
@@ -45,14 +46,13 @@ __all__ = [
     "LoadedState",
     "MetricsLog",
     "read_extra_state",
-    "resume_latest",
     "verify",
 ]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-MANIFEST = "MANIFEST.json"
+MANIFEST = MANIFEST_NAME
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 _PARTIAL_PREFIXES = (".tmp-step-", ".old-step-")
 
@@ -124,18 +124,18 @@ def verify(ckpt: Checkpoint) -> None:
         CorruptCheckpointError: naming the checkpoint and the first file that is missing or differs.
     """
     try:
-        manifest = json.loads((ckpt.path / MANIFEST).read_text(encoding="utf-8"))
-        files = manifest["files"]
-        step = manifest["step"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        manifest = Manifest.model_validate_json((ckpt.path / MANIFEST).read_bytes())
+    except (OSError, ValueError) as exc:
         raise CorruptCheckpointError(f"{ckpt.path}: unreadable {MANIFEST} ({exc})") from None
-    if step != ckpt.step:
-        raise CorruptCheckpointError(f"{ckpt.path}: manifest says step {step}, directory says {ckpt.step}")
-    for rel, expected in sorted(files.items()):
+    if manifest.step != ckpt.step:
+        raise CorruptCheckpointError(
+            f"{ckpt.path}: manifest says step {manifest.step}, directory says {ckpt.step}"
+        )
+    for rel, expected in sorted(manifest.files.items()):
         path = ckpt.path / rel
         if not path.is_file():
             raise CorruptCheckpointError(f"{ckpt.path}: {rel} is missing")
-        if path.stat().st_size != expected["bytes"] or _sha256(path) != expected["sha256"]:
+        if path.stat().st_size != expected.size or _sha256(path) != expected.sha256:
             raise CorruptCheckpointError(f"{ckpt.path}: {rel} does not match its sha256 in {MANIFEST}")
 
 
@@ -305,14 +305,14 @@ class CheckpointManager:
             _write_json(tmp / "state.json", state | json.loads(state_json))
             _fsync_tree(tmp)
             files = sorted(p for p in tmp.rglob("*") if p.is_file())
-            manifest = {
-                "format_version": FORMAT_VERSION,
-                "step": step,
-                "files": {
-                    str(p.relative_to(tmp)): {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in files
+            manifest = Manifest(
+                step=step,
+                files={
+                    p.relative_to(tmp).as_posix(): FileEntry(sha256=_sha256(p), size=p.stat().st_size)
+                    for p in files
                 },
-            }
-            _write_json(tmp / MANIFEST, manifest)
+            )
+            _write_json(tmp / MANIFEST, manifest.model_dump(mode="json"))
             _fsync_path(tmp)
             self._install(tmp, self.path_for(step))
         except BaseException:
@@ -434,21 +434,3 @@ class MetricsLog:
         kept = [by_step[s] for s in sorted(by_step)]
         atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         return kept
-
-
-def resume_latest(
-    manager: CheckpointManager,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any | None = None,
-    metrics_log: MetricsLog | None = None,
-) -> LoadedState | None:
-    """Restore the newest checkpoint that verifies and trim ``metrics_log`` to its step.
-
-    Returns None, and empties the metrics log, when there is no complete checkpoint: start from scratch.
-    """
-    ckpt = manager.latest()
-    loaded = manager.load(ckpt, model, optimizer, scheduler, verify_files=False) if ckpt else None
-    if metrics_log is not None:
-        metrics_log.truncate(loaded.step if loaded else -1)
-    return loaded

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from contextvars import ContextVar
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gagar.advantage import Decay, Estimator
+from gagar.grader.run import GraderKind
+from gagar.sandbox.runner import BackendName
 from gagar.train.lora import LoraSettings
 from gagar.train.update import OptimConfig
 
@@ -24,12 +27,26 @@ __all__ = [
     "GraderSettings",
     "LoraSettings",
     "MetricsSettings",
+    "RolloutBackend",
     "RolloutSettings",
     "SandboxSettings",
     "TrainConfig",
     "load_config",
     "read_yaml_mapping",
 ]
+
+
+class RolloutBackend(StrEnum):
+    """Where the rollout's answers are generated."""
+
+    HF = "hf"
+    """Hugging Face ``generate`` in process."""
+    VLLM = "vllm"
+    """vLLM in process (GPU)."""
+    OPENAI = "openai"
+    """An OpenAI-compatible server at ``rollout.endpoint``."""
+    SERVER = "server"
+    """A warm ``gagar serve policy`` server that loads each step's LoRA adapter."""
 
 
 class _Section(BaseModel):
@@ -43,7 +60,7 @@ class RolloutSettings(_Section):
     """Trajectories per task (the GRPO group)."""
     train_batch_groups: int = Field(default=8, ge=1)
     """Mixed groups the update trains on; dynamic sampling refills until it has them."""
-    gen_batch_groups: int = Field(default=8, ge=1)
+    gen_batch_groups: int = Field(default=16, ge=1)
     """Tasks sampled per generation batch."""
     max_gen_batches: int = Field(default=3, ge=1)
     """Generation batches one step may use before it trains on what it has."""
@@ -53,7 +70,7 @@ class RolloutSettings(_Section):
     """Nucleus sampling mass."""
     max_new_tokens: int = Field(default=256, ge=1)
     """Longest answer."""
-    backend: str = "hf"
+    backend: RolloutBackend = RolloutBackend.HF
     """Generation backend: hf (in process), vllm (GPU, in process), openai (a server) or server
     (a warm ``gagar serve policy`` server that loads each step's LoRA adapter)."""
     endpoint: str | None = None
@@ -71,7 +88,7 @@ class SandboxSettings(_Section):
 
     model_config = ConfigDict(extra="ignore")
 
-    backend: str = "local"
+    backend: BackendName = BackendName.LOCAL
     """local (bubblewrap) or kubernetes (one pod per evaluation)."""
     workers: int | None = Field(default=None, ge=1)
     """Parallel evaluations; None uses every core."""
@@ -80,12 +97,17 @@ class SandboxSettings(_Section):
 class GraderSettings(_Section):
     """Who ranks the passing trajectories (GAGAR only)."""
 
-    kind: str = "heuristic"
+    kind: GraderKind = GraderKind.HEURISTIC
     """heuristic, learned or llm."""
     model: Path | None = None
     """Directory of the learned grader."""
     endpoint: str | None = None
     """OpenAI-compatible base URL of the LLM grader."""
+    max_steps: int = Field(default=8, ge=1)
+    """Most tool-calling turns of the LLM grader per group."""
+    position_guard: float | None = Field(default=None, ge=0)
+    """Grade twice in opposite orders and tie a group whose rankings are further apart (Kendall
+    distance) than this; None grades once."""
 
 
 class AdvantageSettings(_Section):
@@ -146,7 +168,7 @@ class TrainConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _server_rollout_trains_adapters(self) -> TrainConfig:
-        if self.rollout.backend == "server":
+        if self.rollout.backend is RolloutBackend.SERVER:
             if self.rollout.endpoint is None:
                 raise ValueError("rollout.backend 'server' needs rollout.endpoint (the policy server's URL)")
             if not self.lora.enabled:
@@ -160,7 +182,7 @@ class TrainConfig(BaseSettings):
     def _grader_is_configured(self) -> TrainConfig:
         if (
             self.advantage.algo is Estimator.GAGAR
-            and self.grader.kind == "learned"
+            and self.grader.kind is GraderKind.LEARNED
             and self.grader.model is None
         ):
             raise ValueError("grader.kind 'learned' needs grader.model (the learned grader's directory)")

@@ -1,6 +1,7 @@
-"""The in-process RL loop: every step calls the stage functions of :mod:`gagar.stages` in order.
+"""The in-process RL loop: runs :func:`gagar.rl_step.run_step` each step, checkpoints and logs around it.
 
-One step, top to bottom (the same stages the Kubeflow pipeline runs as components):
+One step, top to bottom (the same stages the Kubeflow pipeline runs as components; the trainer keeps
+each step's files under ``steps/step-N``):
 
 1. rollout + sandbox, one generation batch at a time, until dynamic sampling has
    ``train_batch_groups`` mixed groups or ``max_gen_batches`` ran out (with ``rollout.backend:
@@ -26,16 +27,16 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gagar import stages
-from gagar.advantage import Estimator, GenerationBatch, assemble_batch
-from gagar.records import atomic_write_text
+from gagar import rl_step
+from gagar.advantage import Estimator
+from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
+from gagar.records import atomic_write_text, write_records
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
-from gagar.train.config import TrainConfig
-from gagar.train.lora import adapter_updates, adapter_version, prune_adapters, publish_adapter
+from gagar.train.config import RolloutBackend, TrainConfig
 
 __all__ = ["PENDING_STEP", "Trainer", "train"]
 
@@ -56,6 +57,8 @@ class Trainer:
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
         self._served_adapter: str | None = None
         """The adapter this trainer last made the policy server load (server rollouts)."""
+        self._observations: dict[int, dict[str, list[float]]] = {}
+        """Histogram samples of each step not yet published (per sandbox run, per graded group)."""
 
     # ----------------------------------------------------------------------------- the loop
 
@@ -164,121 +167,74 @@ class Trainer:
         return version, seconds
 
     def step(self, step: int) -> dict[str, Any]:
-        """One RL step; returns its metrics."""
+        """One RL step (:func:`gagar.rl_step.run_step`), its artifacts under ``steps/step-N``; its metrics."""
+        from gagar.grader.run import make_grader
+        from gagar.metrics import step_observations
+        from gagar.policy.rollout import make_backend
+        from gagar.sandbox.runner import make_backend as make_sandbox
+        from gagar.tasks.loaders import load_tasks
+
         c = self.config
         step_dir = self.run_dir / "steps" / f"step-{step:06d}"
         if step_dir.exists():
             shutil.rmtree(step_dir)  # an interrupted attempt: redo the step from its start
         step_dir.mkdir(parents=True)
         policy = self.policy_for(step)
-        timings: dict[str, float] = {}
         started = time.perf_counter()
-        server = c.rollout.backend == "server"
+        timings: dict[str, float] = {}
+        metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
+        server = c.rollout.backend is RolloutBackend.SERVER
         version = str(policy)  # what the in-process backends record as the trajectories' version
         if server:
             version, timings["perf/adapter_swap_s"] = self._serve_version(step)
-
-        trajectories: list[Path] = []
-        results: list[Path] = []
-        rollout_metrics: list[dict[str, float]] = []
-
-        def generation() -> Iterator[GenerationBatch]:
-            for b in range(c.rollout.max_gen_batches):
-                t_path, r_path = step_dir / f"trajectories-{b}.jsonl", step_dir / f"results-{b}.jsonl"
-                with _timed(timings, "perf/rollout_s"):
-                    rollout_metrics.append(
-                        stages.rollout_stage(
-                            policy=policy,
-                            tasks=c.tasks,
-                            out=t_path,
-                            step=step,
-                            gen_batch=b,
-                            groups=c.rollout.gen_batch_groups,
-                            group_size=c.rollout.group_size,
-                            seed=c.seed,
-                            temperature=c.rollout.temperature,
-                            top_p=c.rollout.top_p,
-                            max_new_tokens=c.rollout.max_new_tokens,
-                            backend="openai" if server else c.rollout.backend,
-                            endpoint=c.rollout.endpoint,
-                            model_name=version if server else None,
-                            progress=self.progress,
-                        )
-                    )
-                with _timed(timings, "perf/sandbox_s"):
-                    stages.sandbox_stage(
-                        tasks=c.tasks,
-                        trajectories=t_path,
-                        out=r_path,
-                        backend=c.sandbox.backend,
-                        workers=c.sandbox.workers,
-                        progress=self.progress,
-                    )
-                trajectories.append(t_path)
-                results.append(r_path)
-                yield stages.generation_batch(t_path, r_path)[1]
-
-        assemble_batch(
-            generation(),
-            train_batch_groups=c.rollout.train_batch_groups,
-            max_gen_batches=c.rollout.max_gen_batches,
+            metrics["policy_version"] = version
+        with _timed(timings, "perf/rollout_s"):
+            generator, tokenizer = make_backend(
+                str(policy),
+                RolloutBackend.OPENAI.value if server else c.rollout.backend.value,
+                endpoint=c.rollout.endpoint,
+                model_name=version if server else None,
+            )
+        gagar = c.advantage.algo is Estimator.GAGAR
+        inputs = rl_step.StepInputs(
+            step=step,
+            policy=policy,
+            policy_version=version,
+            tasks=load_tasks(c.tasks),
+            generator=generator,
+            tokenizer=tokenizer,
+            sandbox=make_sandbox(c.sandbox.backend, c.sandbox.workers),
+            grader=make_grader(
+                c.grader.kind,
+                model_dir=c.grader.model,
+                endpoint=c.grader.endpoint,
+                max_steps=c.grader.max_steps,
+            )
+            if gagar
+            else None,
+            workspace=step_dir / "workspace",
+            checkpoints=self.checkpoints.root,
         )
 
-        metrics: dict[str, Any] = {"step": step, "policy": str(policy)}
-        if server:
-            metrics["policy_version"] = version
-        metrics.update(self._rollout_summary(rollout_metrics, results))
-        grades = None
-        if c.advantage.algo is Estimator.GAGAR:
-            grades = step_dir / "grades.jsonl"
-            with _timed(timings, "perf/grade_s"):
-                metrics.update(
-                    stages.grade_stage(
-                        tasks=c.tasks,
-                        trajectories=trajectories,
-                        results=results,
-                        out=grades,
-                        workspace=step_dir / "workspace",
-                        grader=c.grader.kind,
-                        grader_model=c.grader.model,
-                        endpoint=c.grader.endpoint,
-                        train_batch_groups=c.rollout.train_batch_groups,
-                        progress=self.progress,
-                    )
-                )
-            shutil.rmtree(step_dir / "workspace", ignore_errors=True)
-        with _timed(timings, "perf/redistribute_s"):
-            metrics.update(
-                stages.redistribute_stage(
-                    trajectories=trajectories,
-                    results=results,
-                    grades=grades,
-                    out=step_dir / "batch.jsonl",
-                    algo=c.advantage.algo.value,
-                    train_batch_groups=c.rollout.train_batch_groups,
-                    decay=c.advantage.decay.value,
-                    gamma=c.advantage.gamma,
-                    floor=c.advantage.floor,
-                    norm_std=c.advantage.norm_std,
-                )
-            )
-        atomic_write_text(self.run_dir / PENDING_STEP, json.dumps(metrics | timings, sort_keys=True))
-        with _timed(timings, "perf/train_s"):
-            metrics.update(
-                stages.train_stage(
-                    policy=policy,
-                    trajectories=trajectories,
-                    batch=step_dir / "batch.jsonl",
-                    checkpoints=self.checkpoints.root,
-                    step=step,
-                    seed=c.seed,
-                    optim=c.optim.model_dump(),
-                    reference=c.policy,
-                    keep_last=c.keep_checkpoints,
-                    lora=c.lora.model_dump(),
-                    policy_version=version,
-                )
-            )
+        def save_generation(b: int, batch: rl_step.GeneratedBatch) -> None:
+            write_records(step_dir / f"trajectories-{b}.jsonl", batch.trajectories)
+            write_records(step_dir / f"results-{b}.jsonl", batch.results)
+
+        def save_before_update(out: rl_step.StepOutput) -> None:
+            if out.grades is not None:
+                write_records(step_dir / "grades.jsonl", out.grades)
+            write_records(step_dir / "batch.jsonl", out.batch)
+            shutil.rmtree(inputs.workspace, ignore_errors=True)
+            pending = metrics | out.metrics | _added(timings, out.timings)
+            atomic_write_text(self.run_dir / PENDING_STEP, json.dumps(pending, sort_keys=True))
+
+        out = rl_step.run_step(
+            inputs, c, on_generated=save_generation, before_update=save_before_update, progress=self.progress
+        )
+        metrics |= out.metrics
+        self._observations[step] = step_observations(
+            [r for b in out.selection.batches for r in b.results], [g.duration_s for g in out.grades or []]
+        )
         if c.lora.enabled:
             adapter = self.publish_adapter(Checkpoint(step, self.checkpoints.path_for(step)))
             metrics["lora/adapter_bytes"] = float(sum(p.stat().st_size for p in adapter.iterdir()))
@@ -286,22 +242,9 @@ class Trainer:
                 prune_adapters(self.adapters_dir, c.lora.keep_adapters)
         if not c.keep_step_artifacts:
             shutil.rmtree(step_dir, ignore_errors=True)
-        metrics.update(timings)
+        metrics.update(_added(timings, out.timings))
         metrics["perf/step_s"] = time.perf_counter() - started
         return metrics
-
-    @staticmethod
-    def _rollout_summary(per_batch: list[dict[str, float]], results: list[Path]) -> dict[str, float]:
-        from gagar.records import read_records
-        from gagar.sandbox.results import TestResult
-
-        every = [r for path in results for r in read_records(path, TestResult)]
-        summary = stages.sandbox_metrics(every)
-        n = sum(m["rollout/trajectories"] for m in per_batch)
-        summary["rollout/trajectories"] = n
-        for key in ("rollout/parse_rate", "rollout/response_tokens_mean"):
-            summary[key] = sum(m[key] * m["rollout/trajectories"] for m in per_batch) / n if n else 0.0
-        return summary
 
     # ----------------------------------------------------------------------------- outputs
 
@@ -314,7 +257,7 @@ class Trainer:
             from gagar.metrics import push_step, record_step
 
             numbers = {k: v for k, v in metrics.items() if isinstance(v, float | int)}
-            record_step(self._prometheus, numbers)
+            record_step(self._prometheus, numbers, self._observations.pop(step, {}))
             push_step(url, self.config.metrics.job, self._prometheus.registry, {"run": self.run_dir.name})
 
     @functools.cached_property
@@ -325,6 +268,11 @@ class Trainer:
         from gagar.metrics import build_metrics
 
         return build_metrics(CollectorRegistry())
+
+
+def _added(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """The two timing dicts with the seconds of shared keys added."""
+    return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in a.keys() | b.keys()}
 
 
 class _timed:

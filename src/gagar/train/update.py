@@ -15,9 +15,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from gagar.policy.trajectory import Trajectory
+from gagar.policy.adapter import is_adapter_dir
+from gagar.schema.batch import BatchEntry
+from gagar.schema.trajectory import Trajectory
 from gagar.train.checkpoint import CheckpointManager
-from gagar.train.lora import LoraSettings, is_adapter_dir, load_trainable
+from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
 
 __all__ = [
@@ -160,8 +162,8 @@ def update_policy(
 def run_update(
     *,
     policy: Path,
-    trajectories: Sequence[Path],
-    batch: Path,
+    trajectories: Sequence[Trajectory],
+    batch: Sequence[BatchEntry],
     checkpoints: Path,
     step: int,
     seed: int = 0,
@@ -171,23 +173,25 @@ def run_update(
     lora: LoraSettings | None = None,
     policy_version: str | None = None,
 ) -> dict[str, float]:
-    """Load ``policy``, update it on the train batch, write checkpoint ``step`` (with the tokenizer).
+    """Load ``policy``, update it on the train ``batch``, write checkpoint ``step`` (with the tokenizer).
 
-    The optimizer state continues from the latest checkpoint under ``checkpoints``, if any. With
-    ``lora.enabled`` only an adapter is trained (``policy`` is the SFT base or the previous step's
-    adapter) and the checkpoint's ``model/`` is that adapter. With ``policy_version`` set, every
-    trajectory of the batch must carry it (:func:`check_policy_versions`).
+    ``trajectories`` hold (at least) every trajectory the batch names. The optimizer state
+    continues from the latest checkpoint under ``checkpoints``, if any. With ``lora.enabled`` only
+    an adapter is trained (``policy`` is the SFT base or the previous step's adapter) and the
+    checkpoint's ``model/`` is that adapter. With ``policy_version`` set, every trajectory of the
+    batch must carry it (:func:`check_policy_versions`).
+
+    Raises:
+        ValueError: a batch entry names a trajectory that is not in ``trajectories``.
     """
     from gagar.policy.model import load_policy
-    from gagar.records import read_records
-    from gagar.stages import BatchEntry
 
     config = optim or OptimConfig()
-    entries = read_records(batch, BatchEntry)
-    by_id = {t.trajectory_id: t for path in trajectories for t in read_records(path, Trajectory)}
+    entries = list(batch)
+    by_id = {t.trajectory_id: t for t in trajectories}
     missing = [e.trajectory_id for e in entries if e.trajectory_id not in by_id]
     if missing:
-        raise ValueError(f"{batch}: trajectory {missing[0]!r} is in no trajectories file")
+        raise ValueError(f"train batch: trajectory {missing[0]!r} is in no trajectories file")
     if policy_version is not None:
         check_policy_versions([by_id[e.trajectory_id] for e in entries], policy_version)
     lora = lora or LoraSettings()

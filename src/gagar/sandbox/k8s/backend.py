@@ -37,8 +37,8 @@ from gagar.sandbox.k8s.objects import (
 from gagar.sandbox.k8s.outcome import check_pod, parse_summary, result_from_summary
 from gagar.sandbox.k8s.ratelimit import TokenBucket, call_with_retry
 from gagar.sandbox.patch import PatchError, parse_patch
-from gagar.sandbox.results import Status, TestResult
-from gagar.tasks.schema import Task
+from gagar.schema.result import Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = ["KubernetesBackend", "load_apis"]
 

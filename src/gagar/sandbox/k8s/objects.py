@@ -23,7 +23,7 @@ from kubernetes.client import ApiClient
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig
 from gagar.sandbox.pristine import PLUGIN_MODULE, judged_paths
-from gagar.tasks.schema import Task
+from gagar.schema.task import Task
 
 __all__ = [
     "APP_LABEL",

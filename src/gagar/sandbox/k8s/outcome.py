@@ -21,9 +21,9 @@ from kubernetes import client
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
 from gagar.sandbox.pristine import JudgeReport, Reset, SourceChange
 from gagar.sandbox.process import RunOutcome
-from gagar.sandbox.results import HackFlag, Status, TestResult
 from gagar.sandbox.verdict import Judgement, judge
-from gagar.tasks.schema import Task
+from gagar.schema.result import HackFlag, Status, TestResult
+from gagar.schema.task import Task
 
 __all__ = [
     "IMAGE_ERRORS",

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
 
 __all__ = [
     "EnvironmentBuildError",

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from gagar.sandbox.results import Outcome
+from gagar.schema.result import Outcome
+from gagar.schema.task import Environment, Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.mutate import Mutation
-from gagar.tasks.schema import Environment, Task
 from gagar.tasks.synth.runner import PytestRun, TestSuite
 from gagar.tasks.testrun import write_snapshot
 

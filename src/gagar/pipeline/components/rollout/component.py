@@ -1,0 +1,60 @@
+"""Rollout: sample a group of answers per task from the current policy (one generation batch)."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Output
+
+from gagar.pipeline.images import stage_image
+
+
+@dsl.component(base_image=stage_image("rollout"), install_kfp_package=False)
+def rollout(
+    policy: str,
+    step: int,
+    tasks: Input[Dataset],
+    trajectories: Output[Dataset],
+    metrics: Output[Metrics],
+    groups: int = 16,
+    group_size: int = 8,
+    seed: int = 0,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    backend: str = "hf",
+    endpoint: str = "",
+):
+    """Sample ``group_size`` trajectories for each of ``groups`` tasks (``gagar.stages.rollout_stage``).
+
+    Args:
+        policy: the policy to sample from (``prepare``'s output): a model directory or store reference.
+        step: the RL step (seeds task selection and sampling; names the groups).
+        tasks: the training tasks (JSONL).
+        trajectories: the sampled trajectories (JSONL).
+        metrics: ``rollout/…`` metrics and ``perf/rollout_s``.
+        groups: tasks sampled (the generation batch; oversample over the train batch).
+        group_size: trajectories per task.
+        seed: run seed.
+        temperature: sampling temperature.
+        top_p: nucleus sampling mass.
+        max_new_tokens: longest answer.
+        backend: ``hf`` (in process), ``vllm`` (in process, GPU) or ``openai`` (a warm server).
+        endpoint: OpenAI-compatible base URL of the ``openai`` backend; empty otherwise.
+    """
+    from gagar.pipeline import store_stages
+
+    store_stages.log_metrics(
+        metrics,
+        store_stages.rollout(
+            policy=policy,
+            tasks=tasks.path,
+            trajectories=trajectories.path,
+            step=step,
+            groups=groups,
+            group_size=group_size,
+            seed=seed,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            backend=backend,
+            endpoint=endpoint,
+        ),
+    )

@@ -1,0 +1,468 @@
+"""One RL step, top to bottom, on in-memory data: rollout, evaluate, select, grade, advantages, update.
+
+Read it like CleanRL's ``ppo.py``: each function below is one phase of the step, in the order the
+step runs them, and :func:`run_step` strings them together in a page. Nothing here reads or writes
+a stage's files: :mod:`gagar.stages` is the I/O layer the CLI, the KFP components and the Argo entry
+point share (read inputs, call the function here, write outputs), and
+:class:`gagar.train.trainer.Trainer` loops, checkpoints and logs around :func:`run_step`.
+
+The phases and what they hand on::
+
+    rollout     policy + tasks               -> trajectories        (one generation batch)
+    evaluate    tasks + trajectories         -> test results        (the sandbox)
+    select      generation batches           -> Selection           (dynamic sampling, once a step)
+    grade       kept groups                  -> grades              (GAGAR only)
+    advantages  Selection + grades           -> batch entries       (through the estimator registry)
+    update      policy + kept trajectories   -> checkpoint step-N   (PPO-clip epochs)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gagar.advantage import (
+    AdvantageConfig,
+    AdvantageInputs,
+    Decay,
+    Estimator,
+    GenerationBatch,
+    assemble_batch,
+    compute_advantages,
+)
+from gagar.schema.batch import BatchEntry
+from gagar.schema.grade import Grade, ranks_for, scores_for
+from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import SamplingParams, Trajectory
+
+__all__ = [
+    "GeneratedBatch",
+    "Selection",
+    "StepInputs",
+    "StepOutput",
+    "advantages",
+    "evaluate",
+    "generation_batch",
+    "grade",
+    "rollout",
+    "rollout_metrics",
+    "run_step",
+    "sampling_seed",
+    "sandbox_metrics",
+    "select",
+    "select_tasks",
+]
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+def select_tasks(tasks: Sequence[Task], n: int, *, seed: int, step: int, gen_batch: int) -> list[Task]:
+    """``n`` distinct tasks for generation batch ``gen_batch`` of ``step``, the same for the same seed."""
+    if not tasks:
+        raise ValueError("the task file holds no tasks")
+    rng = np.random.default_rng([seed, step, gen_batch])
+    picked = rng.choice(len(tasks), size=min(n, len(tasks)), replace=False)
+    return [tasks[int(i)] for i in picked]
+
+
+def sampling_seed(seed: int, step: int, gen_batch: int) -> int:
+    """The sampling seed of one generation batch: distinct per run seed, step and batch."""
+    return seed * 1_000_003 + step * 1_009 + gen_batch
+
+
+def rollout(
+    generator: Any,
+    tokenizer: Any,
+    tasks: Sequence[Task],
+    *,
+    step: int,
+    gen_batch: int,
+    groups: int | None,
+    group_size: int,
+    seed: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    policy_version: str,
+    progress: bool = False,
+) -> list[Trajectory]:
+    """``group_size`` sampled answers for each of ``groups`` tasks drawn for this generation batch
+    (every task, in order, when ``groups`` is None)."""
+    from gagar.policy.rollout import rollout as sample
+
+    chosen = (
+        list(tasks)
+        if groups is None
+        else select_tasks(tasks, groups, seed=seed, step=step, gen_batch=gen_batch)
+    )
+    params = SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=sampling_seed(seed, step, gen_batch),
+    )
+    return list(
+        sample(
+            chosen,
+            generator,
+            tokenizer,
+            group_size,
+            params,
+            step=step,
+            gen_batch=gen_batch,
+            policy_version=policy_version,
+            progress=progress,
+        )
+    )
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """``rollout/…``: how many trajectories, the share that parsed, the mean answer length (tokens)."""
+    n = len(trajectories)
+    parsed = sum(t.parse_error is None for t in trajectories)
+    tokens = sum(t.n_response_tokens for t in trajectories)
+    return {
+        "rollout/trajectories": float(n),
+        "rollout/parse_rate": parsed / n if n else 0.0,
+        "rollout/response_tokens_mean": tokens / n if n else 0.0,
+    }
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def evaluate(
+    tasks: Sequence[Task],
+    trajectories: Sequence[Any],
+    sandbox: Any,
+    on_result: Callable[[TestResult], None] | None = None,
+) -> list[TestResult]:
+    """Run every trajectory's patch (any record with ``instance_id``, ``model_patch``,
+    ``trajectory_id``) against its task's tests in ``sandbox``; one TestResult each."""
+    from gagar.sandbox.base import Prediction
+    from gagar.sandbox.runner import join_jobs
+
+    predictions = [
+        p if isinstance(p, Prediction) else Prediction.model_validate(p.model_dump()) for p in trajectories
+    ]
+    return sandbox.evaluate(join_jobs(tasks, predictions), on_result)
+
+
+def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
+    """``sandbox/…`` counts by status and by hack kind, the hack ratio and the resolved rate (infra
+    errors excluded from both), and mean duration."""
+    n = len(results)
+    counted = [r for r in results if r.status is not Status.INFRA_ERROR]
+    metrics = {f"sandbox/{s.value}": float(sum(r.status is s for r in results)) for s in Status}
+    for kind in HackKind:
+        metrics[f"sandbox/hacks/{kind.value}"] = float(
+            sum(any(f.kind is kind for f in r.hacks) for r in results)
+        )
+    hacks = sum(r.status is Status.HACK for r in counted)
+    metrics["sandbox/hack_ratio"] = hacks / len(counted) if counted else 0.0
+    metrics["sandbox/evaluations"] = float(n)
+    metrics["sandbox/duration_s_mean"] = sum(r.duration_s for r in results) / n if n else 0.0
+    metrics["rollout/resolved_rate"] = sum(r.resolved for r in counted) / len(counted) if counted else 0.0
+    return metrics
+
+
+# --------------------------------------------------------------------------- select
+
+
+@dataclass(frozen=True)
+class GeneratedBatch:
+    """One generation batch: its trajectories and their test results, in the same order."""
+
+    trajectories: list[Trajectory]
+    results: list[TestResult]
+
+
+def generation_batch(trajectories: Sequence[Trajectory], results: Iterable[TestResult]) -> GeneratedBatch:
+    """The trajectories with their results in trajectory order.
+
+    Raises:
+        ValueError: naming the first trajectory that has no result.
+    """
+    by_id = {r.trajectory_id: r for r in results}
+    missing = [t.trajectory_id for t in trajectories if t.trajectory_id not in by_id]
+    if missing:
+        raise ValueError(f"no result for trajectory {missing[0]!r} ({len(missing)} missing)")
+    return GeneratedBatch(list(trajectories), [by_id[t.trajectory_id] for t in trajectories])
+
+
+def _as_sampling_input(batch: GeneratedBatch) -> GenerationBatch:
+    return GenerationBatch(
+        rewards=np.array([float(r.resolved) for r in batch.results]),
+        group_ids=np.array([t.group_id for t in batch.trajectories]),
+        infra_error=np.array([r.status is Status.INFRA_ERROR for r in batch.results]),
+    )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What dynamic sampling kept of the generation batches it consumed."""
+
+    batches: list[GeneratedBatch]
+    """Every generation batch consumed, kept members or not."""
+    kept: list[tuple[int, int]]
+    """``(generation batch, index in it)`` of each kept trajectory, in generation order."""
+    metrics: dict[str, float]
+    """``sampling/…`` counts and ``sampling/batch_full``."""
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        """The kept trajectories, in generation order."""
+        return [self.batches[b].trajectories[i] for b, i in self.kept]
+
+    @property
+    def results(self) -> list[TestResult]:
+        """The kept trajectories' results, aligned with :attr:`trajectories`."""
+        return [self.batches[b].results[i] for b, i in self.kept]
+
+
+def select(batches: Iterable[GeneratedBatch], *, train_batch_groups: int, max_gen_batches: int) -> Selection:
+    """Dynamic sampling: consume generation batches (lazily) until ``train_batch_groups`` mixed groups
+    are kept or ``max_gen_batches`` ran out; see :func:`gagar.advantage.assemble_batch`."""
+    consumed: list[GeneratedBatch] = []
+
+    def sampled() -> Iterator[GenerationBatch]:
+        for batch in batches:
+            consumed.append(batch)
+            yield _as_sampling_input(batch)
+
+    assembly = assemble_batch(
+        sampled(), train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches
+    )
+    kept = [(b, int(i)) for b, mask in enumerate(assembly.keep) for i in np.flatnonzero(mask)]
+    metrics = {**assembly.counts.as_metrics(), "sampling/batch_full": float(assembly.full)}
+    return Selection(batches=consumed[: len(assembly.keep)], kept=kept, metrics=metrics)
+
+
+# --------------------------------------------------------------------------- grade
+
+
+def grade(
+    grader: Any,
+    tasks: Sequence[Task],
+    trajectories: Sequence[Trajectory],
+    results: Iterable[TestResult],
+    workspace: Path,
+    *,
+    guard: Any = None,
+    repos_dir: Path | None = None,
+    progress: bool = False,
+) -> tuple[list[Grade], dict[str, float]]:
+    """Rank the passing members of each group of ``trajectories``; one Grade per group, ``grader/…``.
+
+    A grader that fails on a group falls back to ties for it (exactly GRPO) and the fallback is counted.
+    """
+    from gagar.grader.run import grade_groups
+
+    task_map = {t.instance_id: t for t in tasks}
+    outcome = {r.trajectory_id: r for r in results}
+    grades, metrics = grade_groups(
+        grader,
+        task_map,
+        trajectories,
+        outcome,
+        workspace,
+        guard=guard,
+        repos_dir=repos_dir,
+        progress=progress,
+    )
+    return grades, metrics.as_dict()
+
+
+# --------------------------------------------------------------------------- advantages
+
+
+def advantages(
+    selection: Selection,
+    grades: Sequence[Grade] | None,
+    *,
+    algo: Estimator,
+    config: AdvantageConfig,
+) -> tuple[list[BatchEntry], dict[str, float]]:
+    """GRPO (or ``algo``'s) advantages of the kept trajectories, as the train batch, and ``advantage/…``.
+
+    GAGAR needs ``grades``: a passing member its grader did not rank (its group was not graded)
+    ties with its group.
+    """
+    kept = selection.trajectories
+    ids = [t.trajectory_id for t in kept]
+    rewards = np.array([float(r.resolved) for r in selection.results], dtype=np.float64)  # (n_kept,)
+    group_ids = np.array([t.group_id for t in kept])
+    ranks = scores = None
+    if algo is Estimator.GAGAR:
+        if grades is None:
+            raise ValueError("algo 'gagar' needs the grades of the grade stage")
+        ranks = ranks_for(ids, grades)
+        unranked = (rewards > 0) & np.isnan(ranks)
+        ranks = np.where(unranked, 1.0, ranks)
+        if config.decay is Decay.SCORE:
+            scores = np.where(unranked, -1.0, scores_for(ids, grades))
+    inputs = AdvantageInputs(rewards=rewards, group_ids=group_ids, ranks=ranks, scores=scores)
+    base, _ = compute_advantages(Estimator.GRPO, inputs, config)
+    advantage, metrics = compute_advantages(algo, inputs, config)
+    entries = [
+        BatchEntry(
+            trajectory_id=ids[i],
+            group_id=str(group_ids[i]),
+            gen_batch=b,
+            reward=float(rewards[i]),
+            advantage=float(advantage[i]),
+            grpo_advantage=float(base[i]),
+            rank=None if ranks is None or np.isnan(ranks[i]) else float(ranks[i]),
+        )
+        for i, (b, _) in enumerate(selection.kept)
+    ]
+    return entries, {"credit/moved_ratio": 0.0, **metrics}
+
+
+# --------------------------------------------------------------------------- the step
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What one step needs besides its settings: the step, where its policy is, live backends."""
+
+    step: int
+    policy: Path
+    """The weights the step samples from and updates (a model or adapter directory)."""
+    policy_version: str
+    """What the trajectories record as the version they were sampled by."""
+    tasks: list[Task]
+    generator: Any
+    """The generation backend (:class:`gagar.policy.generation.GenerationBackend`)."""
+    tokenizer: Any
+    sandbox: Any
+    """The sandbox backend (:class:`gagar.sandbox.base.SandboxBackend`)."""
+    grader: Any | None
+    """The grader (GAGAR only)."""
+    workspace: Path
+    """Scratch directory for the graders' shared group workspaces."""
+    checkpoints: Path
+    """Where the update writes checkpoint ``step-N``."""
+
+
+@dataclass
+class StepOutput:
+    """Everything one step produced, in memory, and its metrics."""
+
+    selection: Selection
+    grades: list[Grade] | None
+    batch: list[BatchEntry]
+    metrics: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    """``perf/<phase>_s``: seconds spent in each phase."""
+
+
+@contextmanager
+def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
+
+
+def run_step(
+    inputs: StepInputs,
+    config: Any,
+    *,
+    on_generated: Callable[[int, GeneratedBatch], None] | None = None,
+    before_update: Callable[[StepOutput], None] | None = None,
+    progress: bool = False,
+) -> StepOutput:
+    """One RL step with ``config`` (a :class:`gagar.train.config.TrainConfig`).
+
+    ``on_generated`` sees each generation batch once evaluated; ``before_update`` sees the step's
+    output before the (slow, checkpoint-writing) update, e.g. to save what it has so far.
+    """
+    from gagar.grader.base import PositionGuard
+    from gagar.train.update import run_update
+
+    c, step, timings = config, inputs.step, {}
+    rollout_rows: list[dict[str, float]] = []
+
+    def generation() -> Iterator[GeneratedBatch]:  # rolled out and evaluated on demand
+        for b in range(c.rollout.max_gen_batches):
+            with _timed(timings, "perf/rollout_s"):
+                trajectories = rollout(
+                    inputs.generator, inputs.tokenizer, inputs.tasks, step=step, gen_batch=b,
+                    groups=c.rollout.gen_batch_groups, group_size=c.rollout.group_size, seed=c.seed,
+                    temperature=c.rollout.temperature, top_p=c.rollout.top_p,
+                    max_new_tokens=c.rollout.max_new_tokens, policy_version=inputs.policy_version,
+                    progress=progress,
+                )  # fmt: skip
+                rollout_rows.append(rollout_metrics(trajectories))
+            with _timed(timings, "perf/sandbox_s"):
+                batch = generation_batch(trajectories, evaluate(inputs.tasks, trajectories, inputs.sandbox))
+            if on_generated is not None:
+                on_generated(b, batch)
+            yield batch
+
+    selection = select(
+        generation(),
+        train_batch_groups=c.rollout.train_batch_groups,
+        max_gen_batches=c.rollout.max_gen_batches,
+    )
+    metrics = {
+        **sandbox_metrics([r for b in selection.batches for r in b.results]),
+        **_mean_rows(rollout_rows),
+    }
+    grades = None
+    if c.advantage.algo is Estimator.GAGAR:
+        with _timed(timings, "perf/grade_s"):
+            guard = None if c.grader.position_guard is None else PositionGuard(c.grader.position_guard)
+            grades, grade_metrics = grade(
+                inputs.grader, inputs.tasks, selection.trajectories, selection.results, inputs.workspace,
+                guard=guard, progress=progress,
+            )  # fmt: skip
+        metrics |= grade_metrics
+    with _timed(timings, "perf/redistribute_s"):
+        advantage_config = AdvantageConfig(
+            norm_std=c.advantage.norm_std,
+            decay=c.advantage.decay,
+            gamma=c.advantage.gamma,
+            floor=c.advantage.floor,
+        )
+        batch, advantage_metrics = advantages(
+            selection, grades, algo=c.advantage.algo, config=advantage_config
+        )
+        metrics |= selection.metrics | advantage_metrics
+    output = StepOutput(selection=selection, grades=grades, batch=batch, metrics=metrics, timings=timings)
+    if before_update is not None:
+        before_update(output)
+    with _timed(timings, "perf/train_s"):
+        metrics |= run_update(
+            policy=inputs.policy,
+            trajectories=selection.trajectories,
+            batch=batch,
+            checkpoints=inputs.checkpoints,
+            step=step,
+            seed=c.seed,
+            optim=c.optim,
+            reference=Path(c.policy),
+            keep_last=c.keep_checkpoints,
+            lora=c.lora,
+            policy_version=inputs.policy_version,
+        )
+    return output
+
+
+def _mean_rows(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The ``rollout/…`` metrics of several generation batches: counts summed, rates weighted by count."""
+    n = sum(row["rollout/trajectories"] for row in rows)
+    merged = {"rollout/trajectories": n}
+    for key in ("rollout/parse_rate", "rollout/response_tokens_mean"):
+        merged[key] = sum(row[key] * row["rollout/trajectories"] for row in rows) / n if n else 0.0
+    return merged

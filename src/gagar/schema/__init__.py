@@ -1,0 +1,30 @@
+"""The data contracts every stage reads and writes (JSONL records, validated with pydantic).
+
+One module per record: :mod:`~gagar.schema.task` (Task, SWE-bench compatible),
+:mod:`~gagar.schema.trajectory` (Trajectory, its messages and sampling parameters),
+:mod:`~gagar.schema.result` (TestResult, its status, per-test outcomes and hack flags),
+:mod:`~gagar.schema.grade` (Grade, a group's ranking) and :mod:`~gagar.schema.batch` (BatchEntry,
+a trajectory of the train batch with its advantage). They depend on nothing else in gagar but
+:mod:`gagar.records`, so any package can import them without cycles.
+"""
+
+from gagar.schema.batch import BatchEntry
+from gagar.schema.grade import Grade
+from gagar.schema.result import HackFlag, HackKind, Outcome, Status, TestResult
+from gagar.schema.task import Environment, Task
+from gagar.schema.trajectory import Message, SamplingParams, Trajectory
+
+__all__ = [
+    "BatchEntry",
+    "Environment",
+    "Grade",
+    "HackFlag",
+    "HackKind",
+    "Message",
+    "Outcome",
+    "SamplingParams",
+    "Status",
+    "Task",
+    "TestResult",
+    "Trajectory",
+]

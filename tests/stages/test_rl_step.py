@@ -1,0 +1,93 @@
+"""The step's phases on in-memory records: generation batches, dynamic sampling once, advantages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from gagar import rl_step
+from gagar.advantage import AdvantageConfig, Estimator
+from gagar.schema import Grade, Status, TestResult, Trajectory
+
+
+def _batch(gen: int, outcomes: dict[str, list[Status]]) -> rl_step.GeneratedBatch:
+    """One generation batch: per group id, one member per status (passed = resolved)."""
+    trajectories, results = [], []
+    for group, statuses in outcomes.items():
+        for member, status in enumerate(statuses):
+            tid = f"{group}-gen{gen}/{member}"
+            trajectories.append(
+                Trajectory(trajectory_id=tid, instance_id=group, group_id=f"{group}-gen{gen}")
+            )
+            results.append(
+                TestResult(
+                    trajectory_id=tid, instance_id=group, status=status, resolved=status is Status.PASSED
+                )
+            )
+    return rl_step.generation_batch(trajectories, reversed(results))  # results in any order
+
+
+P, F, INFRA = Status.PASSED, Status.FAILED, Status.INFRA_ERROR
+
+
+def test_generation_batch_pairs_results_and_names_a_missing_one() -> None:
+    batch = _batch(0, {"a": [P, F]})
+    assert [r.trajectory_id for r in batch.results] == [t.trajectory_id for t in batch.trajectories]
+    with pytest.raises(ValueError, match=r"no result for trajectory 'a-gen0/1'"):
+        rl_step.generation_batch(batch.trajectories, batch.results[:1])
+
+
+def test_select_stops_generating_once_the_batch_is_full() -> None:
+    drawn: list[int] = []
+
+    def batches() -> Iterator[rl_step.GeneratedBatch]:
+        for gen, outcome in enumerate(
+            [{"a": [P, P], "b": [P, F]}, {"c": [F, P], "d": [P, F]}, {"e": [P, F]}]
+        ):
+            drawn.append(gen)
+            yield _batch(gen, outcome)
+
+    selection = rl_step.select(batches(), train_batch_groups=2, max_gen_batches=3)
+    assert drawn == [0, 1]  # the third batch was never rolled out
+    assert [t.group_id for t in selection.trajectories] == ["b-gen0", "b-gen0", "c-gen1", "c-gen1"]
+    assert selection.kept == [(0, 2), (0, 3), (1, 0), (1, 1)]
+    assert selection.metrics["sampling/dropped/all_pass"] == 1
+    assert selection.metrics["sampling/dropped/surplus"] == 1
+    assert selection.metrics["sampling/batch_full"] == 1.0
+
+
+def test_infra_errors_leave_their_group_before_sampling() -> None:
+    selection = rl_step.select([_batch(0, {"a": [P, F, INFRA]})], train_batch_groups=4, max_gen_batches=1)
+    assert [r.status for r in selection.results] == [P, F]
+    assert selection.metrics["sampling/infra_error_trajectories"] == 1
+    assert rl_step.sandbox_metrics(selection.batches[0].results)["rollout/resolved_rate"] == 0.5
+
+
+def test_advantages_follow_the_registry_and_the_grades() -> None:
+    selection = rl_step.select([_batch(0, {"a": [P, P, F, F]})], train_batch_groups=1, max_gen_batches=1)
+    config = AdvantageConfig()
+    grpo, metrics = rl_step.advantages(selection, None, algo=Estimator.GRPO, config=config)
+    assert metrics["credit/moved_ratio"] == 0.0
+    assert [e.advantage for e in grpo] == [e.grpo_advantage for e in grpo]
+    grade = Grade(group_id="a-gen0", ranking=[["a-gen0/1"], ["a-gen0/0"]], grader="test")
+    gagar, metrics = rl_step.advantages(selection, [grade], algo=Estimator.GAGAR, config=config)
+    passing = np.array([e.advantage for e in gagar[:2]])
+    assert passing[1] > passing[0]  # the better-ranked passing member gains credit
+    assert passing.sum() == pytest.approx(sum(e.grpo_advantage for e in gagar[:2]))  # the sum is kept
+    assert [e.advantage for e in gagar[2:]] == [e.grpo_advantage for e in gagar[2:]]  # failing untouched
+    assert metrics["credit/moved_ratio"] > 0
+    assert [e.rank for e in gagar] == [2.0, 1.0, None, None]
+    with pytest.raises(ValueError, match="needs the grades"):
+        rl_step.advantages(selection, None, algo=Estimator.GAGAR, config=config)
+
+
+def test_select_tasks_is_seeded_and_distinct() -> None:
+    from gagar.tasks.generate import generate_tasks
+
+    tasks = generate_tasks(5, seed=0)
+    first = rl_step.select_tasks(tasks, 3, seed=1, step=2, gen_batch=0)
+    assert first == rl_step.select_tasks(tasks, 3, seed=1, step=2, gen_batch=0)
+    assert len({t.instance_id for t in first}) == 3
+    assert first != rl_step.select_tasks(tasks, 3, seed=1, step=2, gen_batch=1)
