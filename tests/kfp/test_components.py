@@ -9,9 +9,9 @@ import pytest
 import yaml
 from kfp.dsl import Dataset, Markdown, Metrics
 
+from fixtures.records import one_generation_batch
 from gagar.pipeline.graph import RL_STEP
-from gagar.records import write_records
-from gagar.schema import Grade, Status, TestResult, Trajectory
+from gagar.stages import select_stage
 
 COMPONENTS = Path(importlib.import_module("gagar.pipeline.components").__file__).parent
 FOLDERS = sorted(p.name for p in COMPONENTS.iterdir() if (p / "component.py").is_file())
@@ -31,18 +31,16 @@ def test_every_component_folder_looks_the_same() -> None:
 
 
 def _inputs(root: Path) -> dict[str, Path]:
-    """One generation batch of two groups (one mixed, one all-fail) and the mixed group's grade."""
-    trajectories, results = [], []
-    for group, passed in (("a", [True, True, False]), ("b", [False, False, False])):
-        for member, ok in enumerate(passed):
-            tid = f"{group}/{member}"
-            trajectories.append(Trajectory(trajectory_id=tid, instance_id=group, group_id=group))
-            status = Status.PASSED if ok else Status.FAILED
-            results.append(TestResult(trajectory_id=tid, instance_id=group, status=status, resolved=ok))
-    paths = {name: root / f"{name}.jsonl" for name in ("trajectories", "results", "grades")}
-    write_records(paths["trajectories"], trajectories)
-    write_records(paths["results"], results)
-    write_records(paths["grades"], [Grade(group_id="a", ranking=[["a/1"], ["a/0"]], grader="test")])
+    """One generation batch of two groups (one mixed, one all-fail), the mixed group's grade, and
+    the selection dynamic sampling makes of it (what the grade stage hands redistribute)."""
+    paths = one_generation_batch(root)
+    paths["selection"] = root / "selection.jsonl"
+    select_stage(
+        trajectories=[paths["trajectories"]],
+        results=[paths["results"]],
+        out=paths["selection"],
+        train_batch_groups=2,
+    )
     return paths
 
 
@@ -61,13 +59,11 @@ def test_redistribute_called_directly(tmp_path: Path) -> None:
     batch, metrics = Dataset(uri=str(tmp_path / "batch")), Metrics(uri=str(tmp_path / "metrics"))
     credit = Markdown(uri=str(tmp_path / "credit"))
     redistribute.python_func(
-        trajectories=Dataset(uri=str(paths["trajectories"])),
-        results=Dataset(uri=str(paths["results"])),
+        selection=Dataset(uri=str(paths["selection"])),
         grades=Dataset(uri=str(paths["grades"])),
         batch=batch,
         metrics=metrics,
         credit=credit,
-        train_batch_groups=2,
     )
     _check_batch(Path(batch.path), metrics.metadata)
     assert "Credit redistribution" in Path(credit.path).read_text()
@@ -88,13 +84,13 @@ def test_redistribute_through_kfp_local(tmp_path: Path) -> None:
         shutil.copyfile(path, out.path)
 
     @dsl.pipeline(name="redistribute-only")
-    def only(trajectories: str, results: str, grades: str):
-        given = {"trajectories": trajectories, "results": results, "grades": grades}
+    def only(selection: str, grades: str):
+        given = {"selection": selection, "grades": grades}
         inputs = {name: dataset(path=value).outputs["out"] for name, value in given.items()}
-        redistribute(**inputs, train_batch_groups=2)
+        redistribute(**inputs)
 
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
-    only(**{name: str(path) for name, path in paths.items()})
+    only(selection=str(paths["selection"]), grades=str(paths["grades"]))
     batch = next((tmp_path / "root").rglob("batch"))
     metrics = next(
         p for p in (tmp_path / "root").rglob("executor_output.json") if p.parent.name == "redistribute"
