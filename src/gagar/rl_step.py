@@ -12,7 +12,7 @@ The phases and what they hand on::
     evaluate    tasks + trajectories         -> test results        (the sandbox)
     select      generation batches           -> Selection           (dynamic sampling, once a step)
     grade       kept groups                  -> grades              (GAGAR only)
-    advantages  Selection + grades           -> batch entries       (through the estimator registry)
+    advantages  kept batch + grades          -> batch entries       (through the estimator registry)
     update      policy + kept trajectories   -> checkpoint step-N   (PPO-clip epochs)
 """
 
@@ -39,6 +39,7 @@ from gagar.advantage import (
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade, ranks_for, scores_for
 from gagar.schema.result import HackKind, Status, TestResult
+from gagar.schema.selection import KeptBatch, KeptTrajectory
 from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams, Trajectory
 
@@ -227,6 +228,20 @@ class Selection:
         """The kept trajectories' results, aligned with :attr:`trajectories`."""
         return [self.batches[b].results[i] for b, i in self.kept]
 
+    @property
+    def kept_batch(self) -> KeptBatch:
+        """The kept trajectories with their rewards and the counts: what the advantages need."""
+        kept = [
+            KeptTrajectory(
+                trajectory_id=self.batches[b].trajectories[i].trajectory_id,
+                group_id=self.batches[b].trajectories[i].group_id,
+                gen_batch=b,
+                reward=float(self.batches[b].results[i].resolved),
+            )
+            for b, i in self.kept
+        ]
+        return KeptBatch(kept=kept, metrics=self.metrics)
+
 
 def select(batches: Iterable[GeneratedBatch], *, train_batch_groups: int, max_gen_batches: int) -> Selection:
     """Dynamic sampling: consume generation batches (lazily) until ``train_batch_groups`` mixed groups
@@ -285,7 +300,7 @@ def grade(
 
 
 def advantages(
-    selection: Selection,
+    selection: KeptBatch,
     grades: Sequence[Grade] | None,
     *,
     algo: Estimator,
@@ -296,10 +311,10 @@ def advantages(
     GAGAR needs ``grades``: a passing member its grader did not rank (its group was not graded)
     ties with its group.
     """
-    kept = selection.trajectories
-    ids = [t.trajectory_id for t in kept]
-    rewards = np.array([float(r.resolved) for r in selection.results], dtype=np.float64)  # (n_kept,)
-    group_ids = np.array([t.group_id for t in kept])
+    kept = selection.kept
+    ids = [k.trajectory_id for k in kept]
+    rewards = np.array([k.reward for k in kept], dtype=np.float64)  # (n_kept,)
+    group_ids = np.array([k.group_id for k in kept])
     ranks = scores = None
     if algo is Estimator.GAGAR:
         if grades is None:
@@ -314,15 +329,15 @@ def advantages(
     advantage, metrics = compute_advantages(algo, inputs, config)
     entries = [
         BatchEntry(
-            trajectory_id=ids[i],
-            group_id=str(group_ids[i]),
-            gen_batch=b,
-            reward=float(rewards[i]),
+            trajectory_id=k.trajectory_id,
+            group_id=k.group_id,
+            gen_batch=k.gen_batch,
+            reward=k.reward,
             advantage=float(advantage[i]),
             grpo_advantage=float(base[i]),
             rank=None if ranks is None or np.isnan(ranks[i]) else float(ranks[i]),
         )
-        for i, (b, _) in enumerate(selection.kept)
+        for i, k in enumerate(kept)
     ]
     return entries, {"credit/moved_ratio": 0.0, **metrics}
 
@@ -436,7 +451,7 @@ def run_step(
             floor=c.advantage.floor,
         )
         batch, advantage_metrics = advantages(
-            selection, grades, algo=c.advantage.algo, config=advantage_config
+            selection.kept_batch, grades, algo=c.advantage.algo, config=advantage_config
         )
         metrics |= selection.metrics | advantage_metrics
     output = StepOutput(selection=selection, grades=grades, batch=batch, metrics=metrics, timings=timings)

@@ -10,8 +10,9 @@ Stages and their files, for one RL step::
 
     rollout      tasks.jsonl + policy/            -> trajectories-<b>.jsonl   (one per generation batch b)
     sandbox      tasks.jsonl + trajectories-<b>   -> results-<b>.jsonl
-    grade        tasks + trajectories + results   -> grades.jsonl             (kept groups only)
-    redistribute trajectories + results + grades  -> batch.jsonl              (dynamic sampling + advantages)
+    select       trajectories + results           -> selection.jsonl          (dynamic sampling, once a step)
+    grade        tasks + trajectories + results   -> grades.jsonl             (the selection's groups)
+    redistribute selection + grades               -> batch.jsonl              (advantages)
     train        policy/ + trajectories + batch   -> checkpoint step-N/       (the next policy)
 """
 
@@ -28,6 +29,7 @@ from gagar.records import read_records, write_records
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
+from gagar.schema.selection import KeptBatch
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
 
@@ -42,6 +44,7 @@ __all__ = [
     "redistribute_stage",
     "rollout_stage",
     "sandbox_stage",
+    "select_stage",
     "train_stage",
 ]
 
@@ -105,11 +108,18 @@ def sandbox_stage(
     return rl_step.sandbox_metrics(results)
 
 
-def _select(
-    trajectories: Sequence[PathLike], results: Sequence[PathLike], train_batch_groups: int
-) -> rl_step.Selection:
+def select_stage(
+    *,
+    trajectories: Sequence[PathLike],
+    results: Sequence[PathLike],
+    out: PathLike,
+    train_batch_groups: int,
+) -> dict[str, float]:
     """Dynamic sampling over the generation batches in these files (one trajectories and one results
-    file per batch)."""
+    file per batch); write what it keeps and its counts as one :class:`KeptBatch` record.
+
+    The only place a step's I/O selects: grade and redistribute both read this file.
+    """
     if len(trajectories) != len(results):
         raise ValueError(f"{len(trajectories)} trajectory files but {len(results)} result files")
     batches = []
@@ -120,9 +130,18 @@ def _select(
             )
         except ValueError as exc:
             raise ValueError(f"{r_path}: {exc}") from None
-    return rl_step.select(
+    selection = rl_step.select(
         batches, train_batch_groups=train_batch_groups, max_gen_batches=max(len(batches), 1)
     )
+    write_records(out, [selection.kept_batch])
+    return dict(selection.metrics)
+
+
+def _read_selection(path: PathLike) -> KeptBatch:
+    found = read_records(path, KeptBatch)
+    if len(found) != 1:
+        raise ValueError(f"{path}: a selection file holds one record, found {len(found)}")
+    return found[0]
 
 
 def grade_stage(
@@ -141,27 +160,26 @@ def grade_stage(
     timeout_s: float = 300.0,
     position_guard: float | None = None,
     repos_dir: PathLike | None = None,
-    train_batch_groups: int | None = None,
+    selection: PathLike | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
-    """Rank the passing trajectories of each group dynamic sampling keeps; write one Grade per group.
+    """Rank the passing trajectories of each group in ``selection`` (a :func:`select_stage` output;
+    every group when None); write one Grade per group.
 
-    With ``train_batch_groups`` unset every group is graded. A grader that fails on a group
-    falls back to ties for that group (exactly GRPO) and the fallback is counted. With
-    ``position_guard`` each group is graded twice in opposite orders and tied when the two
-    rankings are further apart (Kendall distance) than it.
+    A grader that fails on a group falls back to ties for that group (exactly GRPO) and the
+    fallback is counted. With ``position_guard`` each group is graded twice in opposite orders and
+    tied when the two rankings are further apart (Kendall distance) than it.
     """
     from gagar.grader.base import PositionGuard
     from gagar.grader.run import make_grader
 
     if api not in ("chat", "completions"):
         raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
-    if train_batch_groups is None:
-        kept = [t for path in trajectories for t in read_records(path, Trajectory)]
-        outcome = [r for path in results for r in read_records(path, TestResult)]
-    else:
-        selection = _select(trajectories, results, train_batch_groups)
-        kept, outcome = selection.trajectories, selection.results
+    kept = [t for path in trajectories for t in read_records(path, Trajectory)]
+    outcome = [r for path in results for r in read_records(path, TestResult)]
+    if selection is not None:
+        chosen = {k.trajectory_id for k in _read_selection(selection).kept}
+        kept = [t for t in kept if t.trajectory_id in chosen]
     instance = make_grader(
         grader, model_dir=Path(grader_model) if grader_model is not None else None, endpoint=endpoint,
         model=model, api=api, max_steps=max_steps, timeout_s=timeout_s,  # type: ignore[arg-type]
@@ -182,27 +200,26 @@ def grade_stage(
 
 def redistribute_stage(
     *,
-    trajectories: Sequence[PathLike],
-    results: Sequence[PathLike],
+    selection: PathLike,
     grades: PathLike | None,
     out: PathLike,
     algo: Estimator | str = Estimator.GAGAR,
-    train_batch_groups: int = 8,
     decay: Decay | str = Decay.GEOMETRIC,
     gamma: float = 0.5,
     floor: float = 0.1,
     norm_std: bool = True,
 ) -> dict[str, float]:
-    """Dynamic sampling over the generation batches, then GRPO or GAGAR advantages of what it keeps."""
-    selection = _select(trajectories, results, train_batch_groups)
+    """GRPO or GAGAR advantages of what dynamic sampling kept (``selection``, a :func:`select_stage`
+    output); its ``sampling/…`` counts come back with the ``advantage/…`` metrics."""
+    kept = _read_selection(selection)
     estimator = Estimator(algo)
     if estimator is Estimator.GAGAR and grades is None:
         raise ValueError("algo 'gagar' needs the grades file of the grade stage")
     graded = read_records(grades, Grade) if estimator is Estimator.GAGAR and grades is not None else None
     config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
-    entries, metrics = rl_step.advantages(selection, graded, algo=estimator, config=config)
+    entries, metrics = rl_step.advantages(kept, graded, algo=estimator, config=config)
     write_records(out, entries)
-    return {**selection.metrics, **metrics}
+    return {**kept.metrics, **metrics}
 
 
 def train_stage(

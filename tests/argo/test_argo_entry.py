@@ -11,6 +11,7 @@ import pytest
 from argo_local import run_in_process, run_subprocess, run_workflow
 
 from fixtures.services import S3RVER_KEY, S3rver
+from gagar import rl_step
 from gagar.pipeline import store
 from gagar.pipeline.argo import build_workflow
 from gagar.pipeline.argo_entry import convert, main, parse_arguments
@@ -23,7 +24,7 @@ def test_arguments_are_typed_by_their_pipeline_parameter_or_source_output() -> N
     assert parse_arguments(stage("sandbox"), items) == {"backend": "local", "workers": 3}
     redistribute = parse_arguments(
         stage("redistribute"),
-        ["algo=gagar", "train_batch_groups=4", "decay=linear", "gamma=0.5", "floor=0.1", "norm_std=false"],
+        ["algo=gagar", "decay=linear", "gamma=0.5", "floor=0.1", "norm_std=false"],
     )
     assert redistribute["norm_std"] is False
     assert redistribute["gamma"] == 0.5
@@ -78,12 +79,20 @@ def s3_bucket(s3rver: S3rver) -> str:
 
 @pytest.mark.slow
 def test_compiled_workflow_runs_an_rl_step_against_s3(
-    tiny_inputs: tuple[Path, Path], s3rver: S3rver, s3_bucket: str, tmp_path: Path
+    tiny_inputs: tuple[Path, Path],
+    s3rver: S3rver,
+    s3_bucket: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every task runs its container command (``python -m gagar.pipeline.argo_entry``'s ``main``,
     in process to spare a torch import per task), the store on s3rver, the credentials and
-    endpoint coming from the Secret and ConfigMap the templates reference."""
+    endpoint coming from the Secret and ConfigMap the templates reference. Dynamic sampling runs
+    once in the step."""
     policy, tasks = tiny_inputs
+    selections: list[int] = []
+    select = rl_step.select
+    monkeypatch.setattr(rl_step, "select", lambda *a, **k: selections.append(1) or select(*a, **k))
     s3_store(s3rver, s3_bucket).put_file("inputs/tasks.jsonl", tasks)
     storage = f"s3://{s3_bucket}/run"
     runs = run_workflow(
@@ -116,6 +125,7 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
     assert sandbox["sandbox/evaluations"] == 4.0
     assert "## RL step 0" in runs["train-0"].artifacts["summary"].read_text()
     assert "Credit redistribution" in runs["redistribute-0"].artifacts["credit"].read_text()
+    assert len(selections) == 1
 
     run = s3_store(s3rver, s3_bucket, "run")
     assert store.latest_step(run) == 0

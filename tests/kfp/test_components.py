@@ -1,20 +1,34 @@
-"""Component folders as in kubeflow/pipelines-components, and the two test tiers of a component:
-its Python function called directly, and the component through ``kfp.local``."""
+"""Component folders as in kubeflow/pipelines-components, and the two test tiers of every component:
+its Python function called directly (``component.python_func``), and the component alone through
+``kfp.local`` (each input file copied in by a one-line component), on the tiniest real inputs.
+
+A kfp.local run costs about a second of orchestration plus the component's imports and work: the
+ones that import torch in their subprocess (rollout, train, grader_sft: ~8 s each) are slow."""
 
 import importlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from kfp.dsl import Dataset, Markdown, Metrics
+from kfp import dsl, local
+from kfp.dsl import Dataset, Markdown, Metrics, Model
 
+from fixtures.policy import untrained_policy_and_tasks
+from fixtures.records import one_generation_batch
 from gagar.pipeline.graph import RL_STEP
-from gagar.records import write_records
-from gagar.schema import Grade, Status, TestResult, Trajectory
+from gagar.records import read_records, write_records
+from gagar.schema import Grade, KeptBatch, Status, TestResult, Trajectory
+from gagar.stages import redistribute_stage, select_stage
 
 COMPONENTS = Path(importlib.import_module("gagar.pipeline.components").__file__).parent
 FOLDERS = sorted(p.name for p in COMPONENTS.iterdir() if (p / "component.py").is_file())
+
+
+def component(name: str) -> Any:
+    return getattr(importlib.import_module(f"gagar.pipeline.components.{name}.component"), name)
 
 
 def test_every_component_folder_looks_the_same() -> None:
@@ -25,25 +39,268 @@ def test_every_component_folder_looks_the_same() -> None:
         meta = yaml.safe_load((folder / "metadata.yaml").read_text())
         assert meta["name"] == name
         assert {"tier", "stability", "dependencies", "lastVerified"} <= set(meta)
-        component = getattr(importlib.import_module(f"gagar.pipeline.components.{name}.component"), name)
-        image = component.component_spec.implementation.container.image
+        image = component(name).component_spec.implementation.container.image
         assert f"/gagar-{meta['image']}:" in image, (name, image)
 
 
-def _inputs(root: Path) -> dict[str, Path]:
-    """One generation batch of two groups (one mixed, one all-fail) and the mixed group's grade."""
-    trajectories, results = [], []
-    for group, passed in (("a", [True, True, False]), ("b", [False, False, False])):
-        for member, ok in enumerate(passed):
-            tid = f"{group}/{member}"
-            trajectories.append(Trajectory(trajectory_id=tid, instance_id=group, group_id=group))
-            status = Status.PASSED if ok else Status.FAILED
-            results.append(TestResult(trajectory_id=tid, instance_id=group, status=status, resolved=ok))
-    paths = {name: root / f"{name}.jsonl" for name in ("trajectories", "results", "grades")}
-    write_records(paths["trajectories"], trajectories)
-    write_records(paths["results"], results)
-    write_records(paths["grades"], [Grade(group_id="a", ranking=[["a/1"], ["a/0"]], grader="test")])
+def test_every_component_has_both_test_tiers() -> None:
+    tested = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    for name in FOLDERS:
+        assert f"{name}_called_directly" in tested, name
+        assert f"{name}_through_kfp_local" in tested, name
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two groups of two generated tasks (one mixed, one all-fail; the passing members carry the gold
+    patch), the mixed group's grade, and the selection dynamic sampling makes of them."""
+    root = tmp_path_factory.mktemp("records")
+    paths = one_generation_batch(root)
+    paths["selection"] = root / "selection.jsonl"
+    select_stage(
+        trajectories=[paths["trajectories"]],
+        results=[paths["results"]],
+        out=paths["selection"],
+        train_batch_groups=2,
+    )
     return paths
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny untrained policy (one layer, 32 wide) for the same generated tasks."""
+    return untrained_policy_and_tasks(tmp_path_factory.mktemp("policy"))[0]
+
+
+@pytest.fixture(scope="module")
+def train_inputs(
+    tmp_path_factory: pytest.TempPathFactory, records: dict[str, Path], policy: Path
+) -> dict[str, Path]:
+    """The policy's own trajectories (one group of two) with the first one passing, and the
+    train batch redistribute makes of them: what the train component needs."""
+    from gagar.pipeline import store_stages
+
+    root = tmp_path_factory.mktemp("train-inputs")
+    paths = {name: root / f"{name}.jsonl" for name in ("trajectories", "results", "grades", "selection")}
+    store_stages.rollout(
+        policy=str(policy), tasks=str(records["tasks"]), trajectories=str(paths["trajectories"]), step=0,
+        groups=1, group_size=2, max_new_tokens=8,
+    )  # fmt: skip
+    rows = read_records(paths["trajectories"], Trajectory)
+    write_records(
+        paths["results"],
+        [
+            TestResult(
+                trajectory_id=t.trajectory_id,
+                instance_id=t.instance_id,
+                status=Status.PASSED if i == 0 else Status.FAILED,
+                resolved=i == 0,
+            )
+            for i, t in enumerate(rows)
+        ],
+    )
+    write_records(paths["grades"], [])
+    select_stage(
+        trajectories=[paths["trajectories"]], results=[paths["results"]], out=paths["selection"],
+        train_batch_groups=1,
+    )  # fmt: skip
+    paths["batch"] = root / "batch.jsonl"
+    redistribute_stage(selection=paths["selection"], grades=paths["grades"], out=paths["batch"], algo="grpo")
+    return paths
+
+
+def _dataset(path: Path) -> Dataset:
+    return Dataset(uri=str(path))
+
+
+def _out(root: Path, name: str, kind: type = Dataset) -> Any:
+    return kind(uri=str(root / name))
+
+
+# --------------------------------------------------------------------------- kfp.local
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
+def _copied(path: str, out: dsl.Output[dsl.Dataset]):
+    import shutil
+
+    shutil.copyfile(path, out.path)
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
+def _logged(values: dict, out: dsl.Output[dsl.Metrics]):
+    for key, value in values.items():
+        out.log_metric(key, value)
+
+
+@dataclass
+class LocalRun:
+    """The files one component wrote in a kfp.local run and what its executor reported."""
+
+    task: Path
+    executor_output: dict[str, Any]
+
+    def metrics(self, output: str = "metrics") -> dict[str, float]:
+        return self.executor_output["artifacts"][output]["artifacts"][0]["metadata"]
+
+
+def run_alone(
+    name: str,
+    root: Path,
+    files: dict[str, Path],
+    metrics: dict[str, dict[str, float]] | None = None,
+    **arguments: Any,
+) -> LocalRun:
+    """Run component ``name`` alone through kfp.local (SubprocessRunner, this interpreter) with
+    ``files`` as its input Datasets, ``metrics`` as its input Metrics and ``arguments``."""
+    op = component(name)
+
+    @dsl.pipeline(name=f"{name.replace('_', '-')}-alone")
+    def alone():
+        inputs = {arg: _copied(path=str(path)).outputs["out"] for arg, path in files.items()}
+        inputs |= {arg: _logged(values=values).outputs["out"] for arg, values in (metrics or {}).items()}
+        op(**inputs, **arguments)
+
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root))
+    alone()
+    task_name = name.replace("_", "-")
+    found = [p for p in root.rglob("executor_output.json") if p.parent.name == task_name]
+    assert len(found) == 1, found
+    return LocalRun(found[0].parent, json.loads(found[0].read_text()))
+
+
+# --------------------------------------------------------------------------- prepare
+
+
+def _check_prepared(tasks: Path, step: int, start_policy: str, model: str) -> None:
+    assert (step, start_policy) == (0, model)  # an empty store: step 0 samples from the model
+    assert len(tasks.read_text().splitlines()) == 2
+
+
+def test_prepare_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    tasks = _out(tmp_path, "tasks")
+    step, start = component("prepare").python_func(
+        storage=str(tmp_path / "store"), model="models/initial", tasks_uri=str(records["tasks"]), tasks=tasks
+    )
+    _check_prepared(Path(tasks.path), step, start, "models/initial")
+
+
+def test_prepare_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    run = run_alone(
+        "prepare",
+        tmp_path / "root",
+        {},
+        storage=str(tmp_path / "store"),
+        model="models/initial",
+        tasks_uri=str(records["tasks"]),
+    )
+    values = run.executor_output["parameterValues"]
+    _check_prepared(run.task / "tasks", values["step"], values["policy"], "models/initial")
+
+
+# --------------------------------------------------------------------------- rollout
+
+
+def _check_rollout(trajectories: Path, metrics: dict[str, float]) -> None:
+    rows = read_records(trajectories, Trajectory)
+    assert len(rows) == 2
+    assert len({t.group_id for t in rows}) == 1
+    assert all(0 < t.n_response_tokens <= 8 for t in rows)
+    assert metrics["rollout/trajectories"] == 2.0
+
+
+def test_rollout_called_directly(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
+    trajectories, metrics = _out(tmp_path, "trajectories"), _out(tmp_path, "metrics", Metrics)
+    component("rollout").python_func(
+        policy=str(policy), step=0, tasks=_dataset(records["tasks"]), trajectories=trajectories,
+        metrics=metrics, groups=1, group_size=2, max_new_tokens=8,
+    )  # fmt: skip
+    _check_rollout(Path(trajectories.path), metrics.metadata)
+
+
+@pytest.mark.slow
+def test_rollout_through_kfp_local(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
+    run = run_alone(
+        "rollout", tmp_path / "root", {"tasks": records["tasks"]}, policy=str(policy), step=0,
+        groups=1, group_size=2, max_new_tokens=8,
+    )  # fmt: skip
+    _check_rollout(run.task / "trajectories", run.metrics())
+
+
+# --------------------------------------------------------------------------- sandbox and evaluate
+
+
+def _check_results(results: Path) -> None:
+    resolved = {r.trajectory_id: r.resolved for r in read_records(results, TestResult)}
+    assert resolved == {"a/0": True, "a/1": True, "a/2": False, "b/0": False, "b/1": False, "b/2": False}
+
+
+def test_sandbox_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    results, metrics = _out(tmp_path, "results"), _out(tmp_path, "metrics", Metrics)
+    component("sandbox").python_func(
+        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]), results=results,
+        metrics=metrics, backend="local", workers=2,
+    )  # fmt: skip
+    _check_results(Path(results.path))
+    assert metrics.metadata["sandbox/evaluations"] == 6.0
+
+
+def test_sandbox_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("tasks", "trajectories")}
+    run = run_alone("sandbox", tmp_path / "root", files, backend="local", workers=2)
+    _check_results(run.task / "results")
+    assert run.metrics()["sandbox/evaluations"] == 6.0
+
+
+def test_evaluate_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    results, metrics = _out(tmp_path, "results"), _out(tmp_path, "metrics", Metrics)
+    component("evaluate").python_func(
+        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]), results=results,
+        metrics=metrics, backend="local", workers=2,
+    )  # fmt: skip
+    _check_results(Path(results.path))
+    assert metrics.metadata["eval/pass_at_1"] == pytest.approx(2 / 6)
+
+
+def test_evaluate_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("tasks", "trajectories")}
+    run = run_alone("evaluate", tmp_path / "root", files, backend="local", workers=2)
+    _check_results(run.task / "results")
+    assert run.metrics()["eval/pass_at_1"] == pytest.approx(2 / 6)
+
+
+# --------------------------------------------------------------------------- grade
+
+
+def _check_grade(selection: Path, grades: Path, metrics: dict[str, float]) -> None:
+    (kept,) = read_records(selection, KeptBatch)
+    assert [k.trajectory_id for k in kept.kept] == ["a/0", "a/1", "a/2"]
+    assert kept.metrics["sampling/dropped/all_fail"] == 1.0
+    assert [g.group_id for g in read_records(grades, Grade)] == ["a"]  # the kept group only
+    assert metrics["grader/groups"] == 1.0
+
+
+def test_grade_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    selection, grades = _out(tmp_path, "selection"), _out(tmp_path, "grades")
+    metrics = _out(tmp_path, "metrics", Metrics)
+    component("grade").python_func(
+        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]),
+        results=_dataset(records["results"]), selection=selection, grades=grades, metrics=metrics,
+        train_batch_groups=2,
+    )  # fmt: skip
+    _check_grade(Path(selection.path), Path(grades.path), metrics.metadata)
+
+
+def test_grade_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("tasks", "trajectories", "results")}
+    run = run_alone("grade", tmp_path / "root", files, train_batch_groups=2)
+    _check_grade(run.task / "selection", run.task / "grades", run.metrics())
+
+
+# --------------------------------------------------------------------------- redistribute
 
 
 def _check_batch(batch: Path, metrics: dict[str, float]) -> None:
@@ -54,50 +311,89 @@ def _check_batch(batch: Path, metrics: dict[str, float]) -> None:
     assert metrics["credit/moved_ratio"] > 0
 
 
-def test_redistribute_called_directly(tmp_path: Path) -> None:
-    from gagar.pipeline.components.redistribute.component import redistribute
-
-    paths = _inputs(tmp_path)
-    batch, metrics = Dataset(uri=str(tmp_path / "batch")), Metrics(uri=str(tmp_path / "metrics"))
-    credit = Markdown(uri=str(tmp_path / "credit"))
-    redistribute.python_func(
-        trajectories=Dataset(uri=str(paths["trajectories"])),
-        results=Dataset(uri=str(paths["results"])),
-        grades=Dataset(uri=str(paths["grades"])),
-        batch=batch,
-        metrics=metrics,
-        credit=credit,
-        train_batch_groups=2,
-    )
+def test_redistribute_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    batch, metrics = _out(tmp_path, "batch"), _out(tmp_path, "metrics", Metrics)
+    credit = _out(tmp_path, "credit", Markdown)
+    component("redistribute").python_func(
+        selection=_dataset(records["selection"]), grades=_dataset(records["grades"]), batch=batch,
+        metrics=metrics, credit=credit,
+    )  # fmt: skip
     _check_batch(Path(batch.path), metrics.metadata)
     assert "Credit redistribution" in Path(credit.path).read_text()
 
 
+def test_redistribute_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("selection", "grades")}
+    run = run_alone("redistribute", tmp_path / "root", files)
+    _check_batch(run.task / "batch", run.metrics())
+    assert "Credit redistribution" in (run.task / "credit").read_text()
+
+
+# --------------------------------------------------------------------------- train
+
+UPSTREAM = {
+    "rollout_metrics": {"rollout/trajectories": 2.0},
+    "sandbox_metrics": {"sandbox/evaluations": 2.0},
+    "grade_metrics": {"grader/skipped": 1.0},
+    "redistribute_metrics": {"sampling/groups_kept": 1.0},
+}
+
+
+def _check_trained(storage: Path, metrics: dict[str, float]) -> None:
+    assert (storage / "checkpoints" / "step-000000" / "model" / "config.json").is_file()
+    step = json.loads((storage / "metrics" / "step-000000.json").read_text())
+    assert step["rollout/trajectories"] == 2.0
+    assert step["sampling/groups_kept"] == 1.0
+    assert metrics["perf/train_s"] > 0
+
+
+def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], policy: Path) -> None:
+    metrics, summary = _out(tmp_path, "metrics", Metrics), _out(tmp_path, "summary", Markdown)
+    upstream = {name: Metrics(uri=str(tmp_path / name), metadata=values) for name, values in UPSTREAM.items()}
+    files = {name: _dataset(train_inputs[name]) for name in ("trajectories", "results", "grades", "batch")}
+    component("train").python_func(
+        storage=str(tmp_path / "store"), policy=str(policy), step=0, **files, **upstream,
+        metrics=metrics, summary=summary, minibatch_size=2,
+    )  # fmt: skip
+    _check_trained(tmp_path / "store", metrics.metadata)
+    assert "## RL step 0" in Path(summary.path).read_text()
+
+
 @pytest.mark.slow
-def test_redistribute_through_kfp_local(tmp_path: Path) -> None:
-    from kfp import dsl, local
+def test_train_through_kfp_local(tmp_path: Path, train_inputs: dict[str, Path], policy: Path) -> None:
+    files = {name: train_inputs[name] for name in ("trajectories", "results", "grades", "batch")}
+    run = run_alone(
+        "train", tmp_path / "root", files, UPSTREAM, storage=str(tmp_path / "store"), policy=str(policy),
+        step=0, minibatch_size=2,
+    )  # fmt: skip
+    _check_trained(tmp_path / "store", run.metrics())
+    assert "## RL step 0" in (run.task / "summary").read_text()
 
-    from gagar.pipeline.components.redistribute.component import redistribute
 
-    paths = _inputs(tmp_path)
+# --------------------------------------------------------------------------- grader_sft
 
-    @dsl.component(base_image="python:3.11", install_kfp_package=False)
-    def dataset(path: str, out: dsl.Output[dsl.Dataset]):
-        import shutil
 
-        shutil.copyfile(path, out.path)
+def _check_grader(model: Path, metrics: dict[str, float]) -> None:
+    assert any(model.iterdir())
+    assert metrics["grader_sft/train_groups"] >= 2  # the two tasks' noise groups and the rollout's
+    assert -1.0 <= metrics["grader_sft/kendall_tau"] <= 1.0
 
-    @dsl.pipeline(name="redistribute-only")
-    def only(trajectories: str, results: str, grades: str):
-        given = {"trajectories": trajectories, "results": results, "grades": grades}
-        inputs = {name: dataset(path=value).outputs["out"] for name, value in given.items()}
-        redistribute(**inputs, train_batch_groups=2)
 
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
-    only(**{name: str(path) for name, path in paths.items()})
-    batch = next((tmp_path / "root").rglob("batch"))
-    metrics = next(
-        p for p in (tmp_path / "root").rglob("executor_output.json") if p.parent.name == "redistribute"
-    )
-    logged = json.loads(metrics.read_text())["artifacts"]["metrics"]["artifacts"][0]["metadata"]
-    _check_batch(batch, logged)
+GRADER_SFT = {"groups_per_task": 1, "epochs": 2}
+
+
+def test_grader_sft_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    model, metrics = _out(tmp_path, "grader_model", Model), _out(tmp_path, "metrics", Metrics)
+    component("grader_sft").python_func(
+        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]),
+        results=_dataset(records["results"]), eval_tasks=_dataset(records["tasks"]), grader_model=model,
+        metrics=metrics, **GRADER_SFT,
+    )  # fmt: skip
+    _check_grader(Path(model.path), metrics.metadata)
+
+
+@pytest.mark.slow
+def test_grader_sft_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("tasks", "trajectories", "results")}
+    run = run_alone("grader_sft", tmp_path / "root", {**files, "eval_tasks": records["tasks"]}, **GRADER_SFT)
+    _check_grader(run.task / "grader_model", run.metrics())

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from fixtures.records import one_generation_batch
+from gagar import rl_step
+from gagar.advantage import AdvantageConfig, Estimator
 from gagar.pipeline import store_stages
+from gagar.pipeline.graph import PARAMETERS, stage
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
-from gagar.records import write_records
+from gagar.pipeline.store_stages import RL_STAGES
+from gagar.records import read_records, write_records
+from gagar.schema import Grade, TestResult, Trajectory
 from gagar.schema.batch import BatchEntry
 
 
@@ -34,21 +43,63 @@ def test_unset_maps_kfp_empty_values_to_none() -> None:
     assert store_stages.unset(4) == 4
 
 
-def test_grade_is_skipped_for_plain_grpo(tmp_path: Path) -> None:
-    out = tmp_path / "grades.jsonl"
-    metrics = store_stages.grade(
-        algo="grpo",
-        tasks="unused",
-        trajectories="unused",
-        results="unused",
-        grades=str(out),
-        grader="heuristic",
-        grader_model="",
-        endpoint="",
+def _counting_select(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the calls of dynamic sampling (``gagar.rl_step.select``) from now on."""
+    calls: list[int] = []
+    select = rl_step.select
+
+    def counted(*args: Any, **kwargs: Any) -> rl_step.Selection:
+        calls.append(1)
+        return select(*args, **kwargs)
+
+    monkeypatch.setattr(rl_step, "select", counted)
+    return calls
+
+
+@pytest.mark.parametrize("algo", ["gagar", "grpo"])
+def test_a_pipeline_step_selects_once_and_trains_on_what_it_graded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
+) -> None:
+    """The grade and redistribute stages, called as both targets call them (the graph's names),
+    run dynamic sampling once between them, and the batch is the in-process step's."""
+    given = one_generation_batch(tmp_path)
+    produced: dict[tuple[str, str], Path] = {}
+    calls = _counting_select(monkeypatch)
+    metrics: dict[str, dict[str, float]] = {}
+    parameters = {p.name: p.default for p in PARAMETERS} | {"algo": algo, "train_batch_groups": 2}
+    for name in ("grade", "redistribute"):
+        spec = stage(name)
+        arguments: dict[str, Any] = {arg: parameters[p] for arg, p in spec.parameters}
+        for arg, source, output in spec.inputs:
+            arguments[arg] = str(produced.get((source, output), given.get(output)))
+        for artifact in spec.artifacts:
+            if artifact != "metrics":
+                produced[(name, artifact)] = tmp_path / name / artifact
+                produced[(name, artifact)].parent.mkdir(exist_ok=True)
+                arguments[artifact] = str(produced[(name, artifact)])
+        metrics[name] = RL_STAGES[name](**arguments)
+    assert len(calls) == 1
+
+    selection = rl_step.select(
+        [rl_step.generation_batch(read_records(given["trajectories"], Trajectory),
+                                  read_records(given["results"], TestResult))],
         train_batch_groups=2,
+        max_gen_batches=1,
+    )  # fmt: skip
+    grades = read_records(produced[("grade", "grades")], Grade) if algo == "gagar" else None
+    expected, expected_metrics = rl_step.advantages(
+        selection.kept_batch, grades, algo=Estimator(algo), config=AdvantageConfig()
     )
-    assert metrics == {"grader/skipped": 1.0, "perf/grade_s": 0.0}
-    assert out.read_text() == ""
+    assert read_records(produced[("redistribute", "batch")], BatchEntry) == expected
+    assert {k: v for k, v in metrics["redistribute"].items() if not k.startswith("perf/")} == {
+        **selection.metrics,
+        **expected_metrics,
+    }
+    if algo == "gagar":
+        assert metrics["grade"]["grader/groups"] == 1.0  # the mixed group only
+    else:
+        assert metrics["grade"] == {"grader/skipped": 1.0, "perf/grade_s": 0.0}
+        assert produced[("grade", "grades")].read_text() == ""
 
 
 def test_step_summary_leads_with_the_headline_numbers() -> None:

@@ -68,11 +68,11 @@ def test_infra_errors_leave_their_group_before_sampling() -> None:
 def test_advantages_follow_the_registry_and_the_grades() -> None:
     selection = rl_step.select([_batch(0, {"a": [P, P, F, F]})], train_batch_groups=1, max_gen_batches=1)
     config = AdvantageConfig()
-    grpo, metrics = rl_step.advantages(selection, None, algo=Estimator.GRPO, config=config)
+    grpo, metrics = rl_step.advantages(selection.kept_batch, None, algo=Estimator.GRPO, config=config)
     assert metrics["credit/moved_ratio"] == 0.0
     assert [e.advantage for e in grpo] == [e.grpo_advantage for e in grpo]
     grade = Grade(group_id="a-gen0", ranking=[["a-gen0/1"], ["a-gen0/0"]], grader="test")
-    gagar, metrics = rl_step.advantages(selection, [grade], algo=Estimator.GAGAR, config=config)
+    gagar, metrics = rl_step.advantages(selection.kept_batch, [grade], algo=Estimator.GAGAR, config=config)
     passing = np.array([e.advantage for e in gagar[:2]])
     assert passing[1] > passing[0]  # the better-ranked passing member gains credit
     assert passing.sum() == pytest.approx(sum(e.grpo_advantage for e in gagar[:2]))  # the sum is kept
@@ -80,7 +80,7 @@ def test_advantages_follow_the_registry_and_the_grades() -> None:
     assert metrics["credit/moved_ratio"] > 0
     assert [e.rank for e in gagar] == [2.0, 1.0, None, None]
     with pytest.raises(ValueError, match="needs the grades"):
-        rl_step.advantages(selection, None, algo=Estimator.GAGAR, config=config)
+        rl_step.advantages(selection.kept_batch, None, algo=Estimator.GAGAR, config=config)
 
 
 def test_select_tasks_is_seeded_and_distinct() -> None:

@@ -27,6 +27,13 @@ def step_dir(tmp_path_factory, tasks_file, trajectories_file):
         progress=False,
     )
     assert metrics["sandbox/evaluations"] == 12
+    selected = stages.select_stage(
+        trajectories=[trajectories_file],
+        results=[out / "results-0.jsonl"],
+        out=out / "selection.jsonl",
+        train_batch_groups=8,
+    )
+    assert selected["sampling/groups_kept"] == 3
     return out
 
 
@@ -45,9 +52,9 @@ def test_grade_ranks_gold_above_noisy(step_dir, tasks_file, trajectories_file):
         tasks=tasks_file,
         trajectories=[trajectories_file],
         results=[step_dir / "results-0.jsonl"],
+        selection=step_dir / "selection.jsonl",
         out=step_dir / "grades.jsonl",
         workspace=step_dir / "workspace",
-        train_batch_groups=8,
         progress=False,
     )
     grades = read_records(step_dir / "grades.jsonl", Grade)
@@ -62,15 +69,13 @@ def test_grade_ranks_gold_above_noisy(step_dir, tasks_file, trajectories_file):
 @pytest.mark.parametrize(
     ("algo", "decay"), [("grpo", "geometric"), ("gagar", "geometric"), ("gagar", "score")]
 )
-def test_redistribute_moves_credit_only_under_gagar(step_dir, trajectories_file, algo, decay):
+def test_redistribute_moves_credit_only_under_gagar(step_dir, algo, decay):
     out = step_dir / ("batch-gagar-score.jsonl" if decay == "score" else f"batch-{algo}.jsonl")
     metrics = stages.redistribute_stage(
-        trajectories=[trajectories_file],
-        results=[step_dir / "results-0.jsonl"],
+        selection=step_dir / "selection.jsonl",
         grades=step_dir / "grades.jsonl",
         out=out,
         algo=algo,
-        train_batch_groups=8,
         decay=decay,
     )
     assert metrics["sampling/groups_kept"] == 3

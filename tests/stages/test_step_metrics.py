@@ -69,22 +69,20 @@ def test_a_real_step_moves_every_declared_metric(
     step |= stages.sandbox_stage(
         tasks=tasks_file, trajectories=trajectories_file, out=results_path, workers=2, progress=False
     )
+    selection = tmp_path / "selection.jsonl"
+    stages.select_stage(
+        trajectories=[trajectories_file], results=[results_path], out=selection, train_batch_groups=2
+    )
     step |= stages.grade_stage(
         tasks=tasks_file,
         trajectories=[trajectories_file],
         results=[results_path],
+        selection=selection,
         out=grades_path,
         workspace=tmp_path / "workspace",
-        train_batch_groups=2,
         progress=False,
     )
-    step |= stages.redistribute_stage(
-        trajectories=[trajectories_file],
-        results=[results_path],
-        grades=grades_path,
-        out=tmp_path / "b.jsonl",
-        train_batch_groups=2,
-    )
+    step |= stages.redistribute_stage(selection=selection, grades=grades_path, out=tmp_path / "b.jsonl")
     step |= stages.train_stage(
         policy=tiny_policy,
         trajectories=[trajectories_file],

@@ -150,20 +150,14 @@ RL_STEP: tuple[Stage, ...] = (
             ("trajectories", "rollout", "trajectories"),
             ("results", "sandbox", "results"),
         ),
-        artifacts=("grades", "metrics"),
+        artifacts=("selection", "grades", "metrics"),
     ),
     Stage(
         "redistribute",
         "redistribute",
         store=False,
-        parameters=tuple(
-            (name, name) for name in ("algo", "train_batch_groups", "decay", "gamma", "floor", "norm_std")
-        ),
-        inputs=(
-            ("trajectories", "rollout", "trajectories"),
-            ("results", "sandbox", "results"),
-            ("grades", "grade", "grades"),
-        ),
+        parameters=tuple((name, name) for name in ("algo", "decay", "gamma", "floor", "norm_std")),
+        inputs=(("selection", "grade", "selection"), ("grades", "grade", "grades")),
         artifacts=("batch", "metrics", "credit"),
     ),
     Stage(

@@ -127,6 +127,7 @@ def grade(
     tasks: str,
     trajectories: str,
     results: str,
+    selection: str,
     grades: str,
     grader: str,
     grader_model: str,
@@ -135,10 +136,14 @@ def grade(
     max_steps: int = 8,
     position_guard: float = 0.0,
 ) -> dict[str, float]:
-    """Grade the groups dynamic sampling keeps; with an algo other than gagar, write no grades.
+    """Dynamic sampling into ``selection`` (the step's one selection, which redistribute reads), then
+    grade the groups it keeps; with an algo other than gagar, write no grades.
 
     A ``position_guard`` of 0 grades each group once.
     """
+    stages.select_stage(
+        trajectories=[trajectories], results=[results], out=selection, train_batch_groups=train_batch_groups
+    )
     if algo != "gagar":
         Path(grades).write_text("", encoding="utf-8")
         return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
@@ -149,6 +154,7 @@ def grade(
                 tasks=tasks,
                 trajectories=[trajectories],
                 results=[results],
+                selection=selection,
                 out=grades,
                 workspace=Path(tmp) / "workspace",
                 grader=grader,
@@ -156,22 +162,18 @@ def grade(
                 endpoint=unset(endpoint),
                 max_steps=max_steps,
                 position_guard=unset(position_guard),
-                train_batch_groups=train_batch_groups,
                 progress=False,
             ),
         )
 
 
-def redistribute(
-    *, trajectories: str, results: str, grades: str, batch: str, credit: str, **options: Any
-) -> dict[str, float]:
-    """Dynamic sampling and advantages (``options`` as :func:`gagar.stages.redistribute_stage`) into
-    ``batch``; writes the credit table as Markdown to ``credit``."""
+def redistribute(*, selection: str, grades: str, batch: str, credit: str, **options: Any) -> dict[str, float]:
+    """Advantages of the grade stage's ``selection`` (``options`` as
+    :func:`gagar.stages.redistribute_stage`) into ``batch``; writes the credit table as Markdown to
+    ``credit``."""
     metrics = _timed(
         "redistribute",
-        lambda: stages.redistribute_stage(
-            trajectories=[trajectories], results=[results], grades=grades, out=batch, **options
-        ),
+        lambda: stages.redistribute_stage(selection=selection, grades=grades, out=batch, **options),
     )
     Path(credit).write_text(credit_table(batch), encoding="utf-8")
     return metrics

@@ -3,14 +3,16 @@
 One module per record: :mod:`~gagar.schema.task` (Task, SWE-bench compatible),
 :mod:`~gagar.schema.trajectory` (Trajectory, its messages and sampling parameters),
 :mod:`~gagar.schema.result` (TestResult, its status, per-test outcomes and hack flags),
-:mod:`~gagar.schema.grade` (Grade, a group's ranking) and :mod:`~gagar.schema.batch` (BatchEntry,
-a trajectory of the train batch with its advantage). They depend on nothing else in gagar but
+:mod:`~gagar.schema.grade` (Grade, a group's ranking), :mod:`~gagar.schema.selection` (KeptBatch,
+what dynamic sampling kept, and KeptTrajectory) and :mod:`~gagar.schema.batch` (BatchEntry, a kept
+trajectory of the train batch with its advantage). They depend on nothing else in gagar but
 :mod:`gagar.records`, so any package can import them without cycles.
 """
 
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade
 from gagar.schema.result import HackFlag, HackKind, Outcome, Status, TestResult
+from gagar.schema.selection import KeptBatch, KeptTrajectory
 from gagar.schema.task import Environment, Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
@@ -20,6 +22,8 @@ __all__ = [
     "Grade",
     "HackFlag",
     "HackKind",
+    "KeptBatch",
+    "KeptTrajectory",
     "Message",
     "Outcome",
     "SamplingParams",

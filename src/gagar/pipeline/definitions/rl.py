@@ -1,8 +1,8 @@
 """The RL pipeline: ``steps_per_run`` GAGAR steps, each resuming from the store's latest checkpoint.
 
 One step, in order: prepare (tasks, step number, policy to sample from) -> rollout (one generation
-batch of ``gen_batch_groups`` tasks) -> sandbox (every evaluation inside one task) -> grade (kept
-groups) -> redistribute (dynamic sampling, advantages) -> train (update, publish ``checkpoints/step-N``).
+batch of ``gen_batch_groups`` tasks) -> sandbox (every evaluation inside one task) -> grade (dynamic
+sampling, kept groups) -> redistribute (advantages) -> train (update, publish ``checkpoints/step-N``).
 The steps are chained at compile time: step i+1's prepare runs after step i's train, so it finds
 step i's checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-per-run N``).
 

@@ -1,4 +1,4 @@
-"""Grader: rank the passing trajectories of every group dynamic sampling keeps."""
+"""Grader: dynamic sampling (once a step), then rank the passing trajectories of every kept group."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Output
@@ -11,6 +11,7 @@ def grade(
     tasks: Input[Dataset],
     trajectories: Input[Dataset],
     results: Input[Dataset],
+    selection: Output[Dataset],
     grades: Output[Dataset],
     metrics: Output[Metrics],
     algo: str = "gagar",
@@ -21,12 +22,15 @@ def grade(
     max_steps: int = 8,
     position_guard: float = 0.0,
 ):
-    """One Grade per kept group (``gagar.stages.grade_stage``); nothing to grade unless algo is gagar.
+    """The step's selection (``gagar.stages.select_stage``) and one Grade per kept group
+    (``gagar.stages.grade_stage``); nothing to grade unless algo is gagar.
 
     Args:
         tasks: the tasks (JSONL).
         trajectories: the step's trajectories (JSONL).
         results: their test results (JSONL).
+        selection: what dynamic sampling kept and its ``sampling/…`` counts (one KeptBatch record,
+            JSONL); redistribute reads it instead of selecting again.
         grades: one Grade per kept group (JSONL; empty for grpo and dr_grpo).
         metrics: ``grader/…`` metrics and ``perf/grade_s``.
         algo: the advantage estimator; only ``gagar`` needs grades.
@@ -47,6 +51,7 @@ def grade(
             tasks=tasks.path,
             trajectories=trajectories.path,
             results=results.path,
+            selection=selection.path,
             grades=grades.path,
             grader=grader,
             grader_model=grader_model,

@@ -1,4 +1,4 @@
-"""Redistribute: dynamic sampling, GRPO advantages, GAGAR's rank-weighted credit redistribution."""
+"""Redistribute: GRPO advantages of the grade stage's selection, then GAGAR's rank-weighted credit."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Output
@@ -8,14 +8,12 @@ from gagar.pipeline.images import stage_image
 
 @dsl.component(base_image=stage_image("redistribute"), install_kfp_package=False)
 def redistribute(
-    trajectories: Input[Dataset],
-    results: Input[Dataset],
+    selection: Input[Dataset],
     grades: Input[Dataset],
     batch: Output[Dataset],
     metrics: Output[Metrics],
     credit: Output[Markdown],
     algo: str = "gagar",
-    train_batch_groups: int = 8,
     decay: str = "geometric",
     gamma: float = 0.5,
     floor: float = 0.1,
@@ -24,15 +22,13 @@ def redistribute(
     """The train batch with each trajectory's advantage (``gagar.stages.redistribute_stage``).
 
     Args:
-        trajectories: the step's trajectories (JSONL).
-        results: their test results (JSONL).
+        selection: what dynamic sampling kept, with its counts (the grade stage's ``selection``).
         grades: the kept groups' grades (JSONL; ignored unless algo is gagar).
         batch: the kept trajectories with reward, GRPO and final advantage, rank (JSONL).
         metrics: ``sampling/…`` (``sampling/batch_full`` is 0 when fewer groups than wanted were kept),
             ``credit/…``, ``adv/…`` and ``perf/redistribute_s``.
         credit: Markdown table of the passing trajectories' GRPO and final advantages.
         algo: ``grpo``, ``dr_grpo`` or ``gagar``.
-        train_batch_groups: mixed groups the update trains on (fewer when the step has fewer).
         decay: rank weighting: ``geometric``, ``linear`` or ``score``.
         gamma: geometric weight ratio between consecutive ranks.
         floor: smallest weight of linear and score decay.
@@ -43,13 +39,11 @@ def redistribute(
     store_stages.log_metrics(
         metrics,
         store_stages.redistribute(
-            trajectories=trajectories.path,
-            results=results.path,
+            selection=selection.path,
             grades=grades.path,
             batch=batch.path,
             credit=credit.path,
             algo=algo,
-            train_batch_groups=train_batch_groups,
             decay=decay,
             gamma=gamma,
             floor=floor,
