@@ -300,7 +300,7 @@ def grade(
 
 
 def advantages(
-    selection: KeptBatch,
+    kept_batch: KeptBatch,
     grades: Sequence[Grade] | None,
     *,
     algo: Estimator,
@@ -311,7 +311,7 @@ def advantages(
     GAGAR needs ``grades``: a passing member its grader did not rank (its group was not graded)
     ties with its group.
     """
-    kept = selection.kept
+    kept = kept_batch.kept
     ids = [k.trajectory_id for k in kept]
     rewards = np.array([k.reward for k in kept], dtype=np.float64)  # (n_kept,)
     group_ids = np.array([k.group_id for k in kept])
