@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from gagar.grader.exercised import exercised_scopes, in_scope, is_test_path
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import Prediction, SandboxBackend
-from gagar.tasks.diffs import apply_diff
+from gagar.tasks.diffs import apply_diff, changed_lines
 from gagar.tasks.scopes import line_scopes
 
 __all__ = [
@@ -104,18 +104,6 @@ def _kind(path: str) -> str:
     if is_test_path(path):
         return "test"
     return "source" if path.endswith(".py") else "other"
-
-
-def changed_lines(old: str | None, new: str | None) -> tuple[list[int], list[int]]:
-    """(removed line numbers in ``old``, added line numbers in ``new``), 1-based, by ``difflib``."""
-    a, b = (old or "").splitlines(), (new or "").splitlines()
-    removed: list[int] = []
-    added: list[int] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            removed.extend(range(i1 + 1, i2 + 1))
-            added.extend(range(j1 + 1, j2 + 1))
-    return removed, added
 
 
 def _file_lines(ws: GroupWorkspace, tid: str) -> dict[str, tuple[list[int], list[int]]]:

@@ -25,7 +25,6 @@ the test runner itself (it provides ``pytest``, ``_pytest`` or ``pluggy``), the 
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.pristine import PLUGIN_MODULE, RUNNER_MODULES, TEST_DIRS, Reset, SourceChange
 from gagar.schema.result import HackFlag, HackKind, Outcome
+from gagar.tasks.diffs import changed_lines
 
 __all__ = [
     "JudgeConfig",
@@ -124,13 +124,7 @@ def reset_flags(resets: Iterable[Reset]) -> list[HackFlag]:
 
 def added_lines(old: str | None, new: str) -> set[int]:
     """1-based line numbers of ``new`` that are added or changed relative to ``old``."""
-    old_lines, new_lines = (old or "").splitlines(), new.splitlines()
-    added: set[int] = set()
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, _, _, j1, j2 in matcher.get_opcodes():
-        if tag in ("replace", "insert"):
-            added.update(range(j1 + 1, j2 + 1))
-    return added
+    return set(changed_lines(old, new)[1])
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:

@@ -21,6 +21,7 @@ __all__ = [
     "FilePatch",
     "Hunk",
     "apply_diff",
+    "changed_lines",
     "diff_stats",
     "make_diff",
     "parse_diff",
@@ -108,6 +109,18 @@ def _lines_for_diff(text: str) -> list[str]:
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n" + NO_NEWLINE + "\n"
     return lines
+
+
+def changed_lines(old: str | None, new: str | None) -> tuple[list[int], list[int]]:
+    """(removed line numbers in ``old``, added line numbers in ``new``), 1-based, by ``difflib``."""
+    a, b = (old or "").splitlines(), (new or "").splitlines()
+    removed: list[int] = []
+    added: list[int] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            removed.extend(range(i1 + 1, i2 + 1))
+            added.extend(range(j1 + 1, j2 + 1))
+    return removed, added
 
 
 def make_diff(before: Mapping[str, str], after: Mapping[str, str], context: int = 3) -> str:
