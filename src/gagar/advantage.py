@@ -13,6 +13,12 @@ The algorithm (DESIGN.md §4), for a group with binary rewards r_i:
     A'_i = A_i * w_i * sum_P(A) / sum_P(A * w)           GAGAR, for i in the passing set P
 
 with w_i = f(rank_i), f positive and non-increasing; A'_i = A_i outside P.
+
+Two registered variants sit beside it. ``gagar-no-restore`` is the ablation that
+down-weights without the rescale (A'_i = A_i * w_i on P). ``gagar-tiered`` is the
+paper's published form (public reimplementation notes of its Eqs. 6-8): centred
+advantages without std, tier factors instead of rank weights, the passing sum restored
+by a factor capped at ``lambda_max``, and the group re-centred afterwards.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ __all__ = [
     "Estimator",
     "GenerationBatch",
     "SamplingCounts",
+    "TierFactors",
     "assemble_batch",
     "compute_advantages",
     "credit_moved_ratio",
@@ -42,6 +49,8 @@ __all__ = [
     "rank_weights",
     "redistribute",
     "register_estimator",
+    "tier_factors",
+    "tiered_redistribute",
 ]
 
 
@@ -218,6 +227,7 @@ def redistribute(
     gamma: float = 0.5,
     floor: float = 0.1,
     scores: np.ndarray | Iterable[float] | None = None,
+    restore_sum: bool = True,
 ) -> np.ndarray:
     """GAGAR advantages ``(n_traj,)``: credit moves toward better-ranked passing trajectories.
 
@@ -230,6 +240,8 @@ def redistribute(
         decay: ``geometric`` (gamma ** (rank - 1)), ``linear`` (1 at rank 1 down to
             ``floor`` at the worst rank) or ``score`` (from ``scores``, higher is better).
         scores: grader scores ``(n_traj,)``, required for ``decay="score"``.
+        restore_sum: rescale the weighted passing advantages back to their sum (GAGAR);
+            False only down-weights (the ``gagar-no-restore`` ablation).
 
     The passing sum of each group is preserved, failing members are untouched, and a
     group is left as it is when its passing advantages are not all positive (a group
@@ -268,10 +280,113 @@ def redistribute(
     weighted_sum = _group_sum(group, n_groups, passing_a * weights)  # (n_groups,)
     nonpositive = np.bincount(group[passing_a <= 0], minlength=n_groups)  # (n_groups,)
     eligible = (nonpositive == 0) & (weighted_sum > 0)  # (n_groups,)
-    scale = passing_sum / np.where(eligible, weighted_sum, 1.0)  # (n_groups,)
+    scale = passing_sum / np.where(eligible, weighted_sum, 1.0) if restore_sum else np.ones(n_groups)
     out = a.copy()
     out[members] = np.where(eligible[group], passing_a * weights * scale[group], passing_a)
     return out
+
+
+@dataclass(frozen=True)
+class TierFactors:
+    """The constants of ``gagar-tiered`` (the paper's form); every one configurable."""
+
+    tier1_best: float = 1.0
+    """Factor of the best-ranked candidates of tier 1."""
+    tier1_rest: float = 0.9
+    """Factor of the other candidates of tier 1."""
+    tier2_top: float = 0.85
+    """Factor of tier 2's best-ranked candidates; tier 2 falls linearly in rank from here..."""
+    tier2_bottom: float = 0.4
+    """...to here at its worst-ranked candidates."""
+    tier3: float = 0.2
+    """Factor of every tier-3 candidate."""
+    cutoffs: tuple[float, float] = (1 / 3, 2 / 3)
+    """A candidate's tier from its rank position ``(rank - 1) / k`` among the k passing members of its
+    group: tier 1 below the first cutoff, tier 2 below the second, tier 3 from there."""
+    lambda_max: float = 2.0
+    """Cap on the factor that restores the passing sum."""
+
+    def __post_init__(self) -> None:
+        factors = (self.tier1_best, self.tier1_rest, self.tier2_top, self.tier2_bottom, self.tier3)
+        if not all(0.0 < f <= 1.0 for f in factors):
+            raise ValueError(f"tier factors must be in (0, 1], got {factors}")
+        if not factors == tuple(sorted(factors, reverse=True)):
+            raise ValueError(f"tier factors must not increase from tier 1's best to tier 3, got {factors}")
+        low, high = self.cutoffs
+        if not 0.0 < low <= high <= 1.0:
+            raise ValueError(f"tier cutoffs must satisfy 0 < first <= second <= 1, got {self.cutoffs}")
+        if self.lambda_max < 1.0:
+            raise ValueError(f"lambda_max must be at least 1 (1 restores nothing), got {self.lambda_max}")
+
+
+def _group_extreme(index: np.ndarray, n_groups: int, values: np.ndarray, mask: np.ndarray, fn) -> np.ndarray:
+    """Per-group min or max (``fn`` is ``np.minimum`` or ``np.maximum``) of ``values`` where ``mask``."""
+    out = np.full(n_groups, np.inf if fn is np.minimum else -np.inf)
+    fn.at(out, index[mask], values[mask])
+    return out
+
+
+def tier_factors(ranks: np.ndarray, index: np.ndarray, n_groups: int, factors: TierFactors) -> np.ndarray:
+    """Factors ``(n_pass,)`` of the passing members from their ranks ``(n_pass,)`` and dense group ``index``.
+
+    Tiers come from rank positions (:attr:`TierFactors.cutoffs`), so an all-tied group is all tier 1
+    and all "best": every factor 1, which leaves its advantages as they were.
+    """
+    k = np.bincount(index, minlength=n_groups).astype(np.float64)[index]  # (n_pass,)
+    position = (ranks - 1.0) / k
+    low, high = factors.cutoffs
+    tier = np.where(position < low, 1, np.where(position < high, 2, 3))  # (n_pass,)
+    in1, in2 = tier == 1, tier == 2
+    best1 = _group_extreme(index, n_groups, ranks, in1, np.minimum)[index]
+    lo2 = _group_extreme(index, n_groups, ranks, in2, np.minimum)[index]
+    hi2 = _group_extreme(index, n_groups, ranks, in2, np.maximum)[index]
+    spread2 = np.where(in2 & (hi2 > lo2), hi2 - lo2, 1.0)
+    along2 = np.where(in2 & (hi2 > lo2), (ranks - lo2) / spread2, 0.0)
+    tier2 = factors.tier2_top - (factors.tier2_top - factors.tier2_bottom) * along2
+    tier1 = np.where(ranks == best1, factors.tier1_best, factors.tier1_rest)
+    return np.where(in1, tier1, np.where(in2, tier2, factors.tier3))
+
+
+def tiered_redistribute(
+    rewards: np.ndarray | Iterable[float],
+    group_ids: np.ndarray | Iterable,
+    ranks: np.ndarray | Iterable[float],
+    factors: TierFactors | None = None,
+) -> np.ndarray:
+    """``gagar-tiered`` advantages ``(n_traj,)``, the paper's form.
+
+    A_i = r_i - mean(r) per group; on the passing set P, A'_i = lam * f_i * A_i with tier factors
+    f_i (:func:`tier_factors`) and lam = min(sum_P A / sum_P f A, lambda_max); then every member of
+    a changed group is shifted by the same amount so the group sums to zero again. Groups that are
+    not mixed, and passing members with no rank (NaN: the grader failed), keep the centred GRPO
+    advantage.
+    """
+    factors = factors or TierFactors()
+    r = _binary("rewards", rewards)
+    n = len(r)
+    index, n_groups = _group_index(group_ids, n)
+    centred = grpo_advantages(r, group_ids, norm_std=False)
+    rank_all = _as_1d("ranks", ranks, n).astype(np.float64)
+    passed = r > 0
+    unranked_groups = np.bincount(index[passed & ~np.isfinite(rank_all)], minlength=n_groups) > 0
+    members = np.flatnonzero(passed & ~unranked_groups[index])  # (n_pass,)
+    rank = rank_all[members]
+    if (rank < 1).any():
+        i = int(np.argmax(rank < 1))
+        raise ValueError(f"ranks start at 1; passing member at index {int(members[i])} has rank {rank[i]!r}")
+    group = index[members]
+    f = tier_factors(rank, group, n_groups, factors)
+    passing_a = centred[members]
+    passing_sum = _group_sum(group, n_groups, passing_a)
+    weighted_sum = _group_sum(group, n_groups, passing_a * f)
+    nonpositive = np.bincount(group[passing_a <= 0], minlength=n_groups)
+    eligible = (nonpositive == 0) & (weighted_sum > 0)  # (n_groups,)
+    lam = np.minimum(passing_sum / np.where(eligible, weighted_sum, 1.0), factors.lambda_max)
+    out = centred.copy()
+    out[members] = np.where(eligible[group], passing_a * f * lam[group], passing_a)
+    sizes = np.bincount(index, minlength=n_groups).astype(np.float64)
+    shift = np.where(eligible, _group_sum(index, n_groups, out) / sizes, 0.0)  # (n_groups,)
+    return out - shift[index]
 
 
 def credit_moved_ratio(
@@ -296,6 +411,13 @@ class Estimator(StrEnum):
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"
     GAGAR = "gagar"
+    GAGAR_TIERED = "gagar-tiered"
+    GAGAR_NO_RESTORE = "gagar-no-restore"
+
+    @property
+    def uses_grader(self) -> bool:
+        """Whether the estimator needs a grader's ranks of the passing members."""
+        return self in (Estimator.GAGAR, Estimator.GAGAR_TIERED, Estimator.GAGAR_NO_RESTORE)
 
 
 @dataclass(frozen=True)
@@ -319,6 +441,8 @@ class AdvantageConfig:
     decay: Decay = Decay.GEOMETRIC
     gamma: float = 0.5
     floor: float = 0.1
+    tiers: TierFactors = field(default_factory=TierFactors)
+    """The constants of ``gagar-tiered``."""
 
 
 EstimatorFn = Callable[[AdvantageInputs, AdvantageConfig], tuple[np.ndarray, dict[str, float]]]
@@ -374,11 +498,12 @@ def _dr_grpo(inputs: AdvantageInputs, config: AdvantageConfig) -> tuple[np.ndarr
     return adv, _summary(adv)
 
 
-@register_estimator(Estimator.GAGAR)
-def _gagar(inputs: AdvantageInputs, config: AdvantageConfig) -> tuple[np.ndarray, dict[str, float]]:
+def _ranked_gagar(
+    inputs: AdvantageInputs, config: AdvantageConfig, *, restore_sum: bool, name: Estimator
+) -> tuple[np.ndarray, dict[str, float]]:
     base = grpo_advantages(inputs.rewards, inputs.group_ids, norm_std=config.norm_std, eps=config.eps)
     if inputs.ranks is None:
-        raise ValueError("the gagar estimator needs ranks from a grader")
+        raise ValueError(f"the {name.value} estimator needs ranks from a grader")
     passed = np.asarray(inputs.rewards) > 0
     adv = redistribute(
         base,
@@ -389,7 +514,30 @@ def _gagar(inputs: AdvantageInputs, config: AdvantageConfig) -> tuple[np.ndarray
         gamma=config.gamma,
         floor=config.floor,
         scores=inputs.scores,
+        restore_sum=restore_sum,
     )
+    return adv, {**_summary(adv), "credit/moved_ratio": credit_moved_ratio(base, adv, passed)}
+
+
+@register_estimator(Estimator.GAGAR)
+def _gagar(inputs: AdvantageInputs, config: AdvantageConfig) -> tuple[np.ndarray, dict[str, float]]:
+    return _ranked_gagar(inputs, config, restore_sum=True, name=Estimator.GAGAR)
+
+
+@register_estimator(Estimator.GAGAR_NO_RESTORE)
+def _gagar_no_restore(
+    inputs: AdvantageInputs, config: AdvantageConfig
+) -> tuple[np.ndarray, dict[str, float]]:
+    return _ranked_gagar(inputs, config, restore_sum=False, name=Estimator.GAGAR_NO_RESTORE)
+
+
+@register_estimator(Estimator.GAGAR_TIERED)
+def _gagar_tiered(inputs: AdvantageInputs, config: AdvantageConfig) -> tuple[np.ndarray, dict[str, float]]:
+    if inputs.ranks is None:
+        raise ValueError("the gagar-tiered estimator needs ranks from a grader")
+    base = grpo_advantages(inputs.rewards, inputs.group_ids, norm_std=False)
+    adv = tiered_redistribute(inputs.rewards, inputs.group_ids, inputs.ranks, config.tiers)
+    passed = np.asarray(inputs.rewards) > 0
     return adv, {**_summary(adv), "credit/moved_ratio": credit_moved_ratio(base, adv, passed)}
 
 

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
-__all__ = ["grpo_advantages_loop", "keep_mixed_groups_loop", "redistribute_loop"]
+__all__ = ["grpo_advantages_loop", "keep_mixed_groups_loop", "redistribute_loop", "tiered_redistribute_loop"]
 
 
 def _groups(group_ids: Sequence[Hashable]) -> dict[Hashable, list[int]]:
@@ -76,4 +76,49 @@ def redistribute_loop(
         weighted = sum(advantages[i] * w[i] for i in winners)
         for i in winners:
             out[i] = advantages[i] * w[i] * total / weighted
+    return out
+
+
+def tiered_redistribute_loop(
+    rewards: Sequence[float],
+    group_ids: Sequence[Hashable],
+    ranks: Sequence[float],
+    *,
+    tier1_best: float = 1.0,
+    tier1_rest: float = 0.9,
+    tier2_top: float = 0.85,
+    tier2_bottom: float = 0.4,
+    tier3: float = 0.2,
+    cutoffs: tuple[float, float] = (1 / 3, 2 / 3),
+    lambda_max: float = 2.0,
+) -> list[float]:
+    out = grpo_advantages_loop(rewards, group_ids, norm_std=False)
+    for idx in _groups(group_ids).values():
+        winners = [i for i in idx if rewards[i] == 1]
+        if not winners or any(math.isnan(ranks[i]) for i in winners) or any(out[i] <= 0 for i in winners):
+            continue
+        k = len(winners)
+        tier = {
+            i: 1 if (ranks[i] - 1) / k < cutoffs[0] else 2 if (ranks[i] - 1) / k < cutoffs[1] else 3
+            for i in winners
+        }
+        best1 = min((ranks[i] for i in winners if tier[i] == 1), default=None)
+        in2 = [ranks[i] for i in winners if tier[i] == 2]
+        factor = {}
+        for i in winners:
+            if tier[i] == 1:
+                factor[i] = tier1_best if ranks[i] == best1 else tier1_rest
+            elif tier[i] == 2:
+                lo, hi = min(in2), max(in2)
+                along = (ranks[i] - lo) / (hi - lo) if hi > lo else 0.0
+                factor[i] = tier2_top - (tier2_top - tier2_bottom) * along
+            else:
+                factor[i] = tier3
+        total = sum(out[i] for i in winners)
+        lam = min(total / sum(out[i] * factor[i] for i in winners), lambda_max)
+        for i in winners:
+            out[i] = out[i] * factor[i] * lam
+        mean = sum(out[i] for i in idx) / len(idx)
+        for i in idx:
+            out[i] -= mean
     return out

@@ -316,9 +316,9 @@ def advantages(
     rewards = np.array([k.reward for k in kept], dtype=np.float64)  # (n_kept,)
     group_ids = np.array([k.group_id for k in kept])
     ranks = scores = None
-    if algo is Estimator.GAGAR:
+    if algo.uses_grader:
         if grades is None:
-            raise ValueError("algo 'gagar' needs the grades of the grade stage")
+            raise ValueError(f"algo {algo.value!r} needs the grades of the grade stage")
         ranks = ranks_for(ids, grades)
         unranked = (rewards > 0) & np.isnan(ranks)
         ranks = np.where(unranked, 1.0, ranks)
@@ -435,7 +435,7 @@ def run_step(
         **_mean_rows(rollout_rows),
     }
     grades = None
-    if c.advantage.algo is Estimator.GAGAR:
+    if c.advantage.algo.uses_grader:
         with _timed(timings, "perf/grade_s"):
             guard = None if c.grader.position_guard is None else PositionGuard(c.grader.position_guard)
             grades, grade_metrics = grade(
@@ -449,6 +449,7 @@ def run_step(
             decay=c.advantage.decay,
             gamma=c.advantage.gamma,
             floor=c.advantage.floor,
+            tiers=c.advantage.tiers,
         )
         batch, advantage_metrics = advantages(
             selection.kept_batch, grades, algo=c.advantage.algo, config=advantage_config

@@ -213,9 +213,9 @@ def redistribute_stage(
     output); its ``sampling/…`` counts come back with the ``advantage/…`` metrics."""
     kept = _read_selection(selection)
     estimator = Estimator(algo)
-    if estimator is Estimator.GAGAR and grades is None:
-        raise ValueError("algo 'gagar' needs the grades file of the grade stage")
-    graded = read_records(grades, Grade) if estimator is Estimator.GAGAR and grades is not None else None
+    if estimator.uses_grader and grades is None:
+        raise ValueError(f"algo {estimator.value!r} needs the grades file of the grade stage")
+    graded = read_records(grades, Grade) if estimator.uses_grader and grades is not None else None
     config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
     entries, metrics = rl_step.advantages(kept, graded, algo=estimator, config=config)
     write_records(out, entries)

@@ -58,7 +58,8 @@ def test_the_repository_config_loads():
         ({"train": {"advantage": {"algo": "grpo"}}}, r"advantage.algo are set by the experiment"),
         ({"train": {"rollout": {"group": 3}}}, r"arm 'grpo': invalid train settings: rollout.group"),
         ({"arms": [{"name": "g", "algo": "gagar"}]}, r"algo gagar needs a grader"),
-        ({"arms": [{"name": "g", "algo": "grpo", "grader": "heuristic"}]}, r"only algo gagar uses a grader"),
+        ({"arms": [{"name": "t", "algo": "gagar-tiered"}]}, r"algo gagar-tiered needs a grader"),
+        ({"arms": [{"name": "g", "algo": "grpo", "grader": "heuristic"}]}, r"algo grpo uses no grader"),
         (
             {"arms": [{"name": "a", "algo": "grpo"}, {"name": "a", "algo": "grpo"}]},
             r"arm names must be distinct",

@@ -119,3 +119,25 @@ def test_train_stage_updates_the_policy_and_checkpoints(step_dir, trajectories_f
     assert tokenizer.eos_token_id is not None
     changed = [k for k, v in after.state_dict().items() if not torch.equal(v, before[k])]
     assert changed, "the update changed no weight"
+
+
+@pytest.mark.parametrize("algo", ["gagar-tiered", "gagar-no-restore"])
+def test_redistribute_runs_the_paper_form_and_the_ablation(step_dir, algo):
+    out = step_dir / f"batch-{algo}.jsonl"
+    metrics = stages.redistribute_stage(
+        selection=step_dir / "selection.jsonl", grades=step_dir / "grades.jsonl", out=out, algo=algo
+    )
+    assert metrics["credit/moved_ratio"] > 0.0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group_id"], []).append(row)
+    for members in groups.values():
+        by_member = {row["trajectory_id"].rsplit("/", 1)[1]: row for row in members}
+        gold, noisy = by_member["1"], by_member["0"]
+        assert gold["advantage"] > noisy["advantage"] > 0
+        if algo == "gagar-tiered":  # re-centred: every group still sums to zero
+            assert sum(row["advantage"] for row in members) == pytest.approx(0.0, abs=1e-9)
+        else:  # down-weighted, never paid back: the best keeps GRPO's advantage, the rest lose
+            assert gold["advantage"] == pytest.approx(gold["grpo_advantage"])
+            assert noisy["advantage"] < noisy["grpo_advantage"]

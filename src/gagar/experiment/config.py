@@ -40,18 +40,22 @@ class ArmConfig(_Section):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     """Short name; also the folder of the arm's runs."""
     algo: Estimator
-    """grpo, dr_grpo or gagar."""
+    """grpo, dr_grpo, gagar, gagar-tiered or gagar-no-restore."""
     grader: GraderKind | None = None
-    """heuristic or learned (gagar only)."""
+    """heuristic or learned (the estimators that use a grader only)."""
     grader_model: Path | None = None
     """Learned grader directory; None lets the harness train one on the training tasks."""
 
     @model_validator(mode="after")
     def _grader_matches_algo(self) -> ArmConfig:
-        if self.algo is Estimator.GAGAR and self.grader is None:
-            raise ValueError(f"arm {self.name!r}: algo gagar needs a grader (heuristic or learned)")
-        if self.algo is not Estimator.GAGAR and self.grader is not None:
-            raise ValueError(f"arm {self.name!r}: only algo gagar uses a grader, got {self.grader.value!r}")
+        if self.algo.uses_grader and self.grader is None:
+            raise ValueError(
+                f"arm {self.name!r}: algo {self.algo.value} needs a grader (heuristic or learned)"
+            )
+        if not self.algo.uses_grader and self.grader is not None:
+            raise ValueError(
+                f"arm {self.name!r}: algo {self.algo.value} uses no grader, got {self.grader.value!r}"
+            )
         if self.grader is GraderKind.LLM:
             raise ValueError(f"arm {self.name!r}: the llm grader needs a server; use heuristic or learned")
         if self.grader_model is not None and self.grader is not GraderKind.LEARNED:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gagar.advantage import Decay, Estimator
+from gagar.advantage import Decay, Estimator, TierFactors
 from gagar.grader.run import GraderKind
 from gagar.sandbox.runner import BackendName
 from gagar.train.lora import LoraSettings
@@ -114,7 +114,7 @@ class AdvantageSettings(_Section):
     """Which estimator and how ranks become weights."""
 
     algo: Estimator = Estimator.GAGAR
-    """grpo, dr_grpo or gagar."""
+    """grpo, dr_grpo, gagar, gagar-tiered (the paper's form) or gagar-no-restore (ablation)."""
     decay: Decay = Decay.GEOMETRIC
     """geometric, linear or score."""
     gamma: float = Field(default=0.5, gt=0, le=1)
@@ -123,6 +123,8 @@ class AdvantageSettings(_Section):
     """Smallest weight of linear and score decay."""
     norm_std: bool = True
     """Divide by the group std (GRPO); False centres only (Dr. GRPO)."""
+    tiers: TierFactors = Field(default_factory=TierFactors)
+    """Tier factors, tier cutoffs and lambda_max of gagar-tiered."""
 
 
 class MetricsSettings(_Section):
@@ -181,7 +183,7 @@ class TrainConfig(BaseSettings):
     @model_validator(mode="after")
     def _grader_is_configured(self) -> TrainConfig:
         if (
-            self.advantage.algo is Estimator.GAGAR
+            self.advantage.algo.uses_grader
             and self.grader.kind is GraderKind.LEARNED
             and self.grader.model is None
         ):

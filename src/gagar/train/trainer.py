@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from gagar import rl_step
-from gagar.advantage import Estimator
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
@@ -195,7 +194,7 @@ class Trainer:
                 endpoint=c.rollout.endpoint,
                 model_name=version if server else None,
             )
-        gagar = c.advantage.algo is Estimator.GAGAR
+        gagar = c.advantage.algo.uses_grader
         inputs = rl_step.StepInputs(
             step=step,
             policy=policy,
