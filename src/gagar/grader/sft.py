@@ -31,7 +31,7 @@ from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
-from gagar.tasks.noise import NOISE_KINDS, NoiseNotApplicable, add_noise
+from gagar.tasks.noise import NOISE_KINDS, NoiseKind, NoiseNotApplicable, add_noise
 from gagar.tasks.oracle import score_patch
 
 __all__ = [
@@ -61,18 +61,33 @@ class LabelledGroup:
         return build_group_workspace(root, self.group_id, self.task, self.candidates, passed)
 
 
-def _variant(task: Task, rng: random.Random) -> str | None:
-    kinds = rng.sample(list(NOISE_KINDS), rng.randint(1, 3))
-    try:
-        return add_noise(task, task.patch, kinds, rng=rng.randrange(1 << 30))
-    except NoiseNotApplicable:
-        return None
+def _ladder(task: Task, size: int, rng: random.Random, with_gold: bool) -> list[str]:
+    """Up to ``size`` distinct patches of strictly falling oracle total: the gold patch (``with_gold``), then
+    the gold patch plus a growing, randomly ordered list of catalogue kinds, each with amount 1 or 2."""
+    kinds = list(NOISE_KINDS)
+    rng.shuffle(kinds)
+    applied: list[NoiseKind] = []
+    patches = [task.patch] if with_gold else []
+    noise_seed = rng.randrange(1 << 30)  # one seed: each patch repeats the previous one's edits, then adds
+    for kind in kinds:
+        if len(patches) >= size:
+            break
+        trial = applied + [kind] * rng.choice((1, 1, 2))
+        try:
+            patch = add_noise(task, task.patch, trial, rng=noise_seed)
+        except NoiseNotApplicable:
+            continue
+        applied = trial
+        patches.append(patch)
+    return patches
 
 
 def noise_groups(
     tasks: Sequence[Task], groups_per_task: int = 3, size: int = 5, seed: int = 0, gold_share: float = 0.7
 ) -> list[LabelledGroup]:
-    """Groups of the gold patch (in a ``gold_share`` of groups) and noisy variants, oracle-labelled.
+    """Groups of oracle-labelled catalogue candidates spanning ``size`` quality levels where the task allows:
+    the gold patch (in a ``gold_share`` of groups) and variants carrying more and more unnecessary
+    modifications (see :func:`_ladder`).
 
     Candidate ids are ``<group>/c<i>`` in a shuffled order, so position says nothing about quality.
     """
@@ -80,13 +95,7 @@ def noise_groups(
     for task in tasks:
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
-            patches = [task.patch] if rng.random() < gold_share else []
-            for _ in range(4 * size):
-                if len(patches) >= size:
-                    break
-                patch = _variant(task, rng)
-                if patch is not None and patch not in patches:
-                    patches.append(patch)
+            patches = list(dict.fromkeys(_ladder(task, size, rng, rng.random() < gold_share)))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
