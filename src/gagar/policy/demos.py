@@ -116,6 +116,8 @@ class Demonstration:
     answer_ids: list[int]
     """Answer tokens followed by the EOS token."""
     noisy: bool
+    answer_mask: list[bool] | None = None
+    """Which answer tokens carry the loss (a multi-turn answer masks the tool results); None: all."""
 
 
 def demo_answers(
