@@ -86,22 +86,37 @@ def eval_(
     grader: GraderKind = typer.Option(GraderKind.LEARNED, help="Which grader to evaluate."),
     grader_model: Path | None = typer.Option(None, file_okay=False, help="Learned grader folder."),
     endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
+    model: str | None = typer.Option(None, help="Model name at --endpoint; default the first it lists."),
+    api: str = typer.Option("chat", help="Endpoint flavour: chat or completions."),
+    max_steps: int = typer.Option(8, min=1, help="Most tool-calling turns of the llm grader."),
+    max_tokens: int = typer.Option(512, min=1, help="Most tokens of one llm grader turn."),
+    timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
     trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
+    limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
+    reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print a row of docs/grader.md's table."),
     seed: int = typer.Option(1, help="Seed of the noise groups."),
 ) -> None:
-    """Report Kendall's tau and top-1 accuracy of a grader against held-out labels."""
+    """Report a grader's agreement with held-out labels: Kendall's tau, top-1, agreement per oracle axis,
+    fallbacks, position disagreement under candidate reversal, hack recall and seconds per group."""
     from gagar.grader.run import make_grader
-    from gagar.grader.sft import evaluate, load_labelled_groups
+    from gagar.grader.sft import evaluate, load_labelled_groups, with_hacks
 
     try:
         groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
-        chosen = make_grader(grader, model_dir=grader_model, endpoint=endpoint)
+        chosen = make_grader(
+            grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
+            max_steps=max_steps, timeout_s=timeout, max_tokens=max_tokens,
+        )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    typer.echo(evaluate(chosen, groups).line())
+    groups = with_hacks(groups, hack_share, seed)[:limit]
+    report = evaluate(chosen, groups, reverse_check=reverse_check, progress=True)
+    typer.echo(report.markdown_row() if markdown else report.line())
 
 
 def grade(
