@@ -40,6 +40,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, _state["requests"])
         elif self.path == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        elif self.path == "/health":
+            self._send(200, {})
         else:
             self._send(404, {"error": {"message": self.path}})
 

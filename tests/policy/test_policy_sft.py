@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gagar.policy.agent_format import answer_from_patch
 from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.sft import SFTConfig, batch_indices, collate, lr_factor, sft_loss, train_sft
@@ -68,8 +69,10 @@ def test_noisy_demonstrations_are_unclean_and_share_follows_setting(tasks) -> No
     many = tasks * 20
     answers, counts = demo_answers(many, noise_share=0.5, seed=0)
     assert 0.3 < counts["noisy"] / len(many) < 0.7
-    noisy = next(a for a in answers if a.noisy)
-    assert "(\n" in noisy.answer  # split_signature: the fixed function's parameters one a line
+    noisy = [a for a in answers if a.noisy]
+    assert all(a.answer != answer_from_patch(a.task.snapshot, a.task.patch) for a in noisy)
+    assert any("(\n" in a.answer for a in noisy)  # split_signature: the parameters one a line
+    assert any("is None:" in a.answer for a in noisy)  # the catalogue's widened_fix
     catalogue, counts = demo_answers(tasks, noise_share=1.0, seed=0, noise_kinds=["unrelated_file"])
     assert counts["noisy"] == len(tasks)
     assert all(a.answer.count("<<<<<<< SEARCH") == 2 for a in catalogue)

@@ -123,8 +123,44 @@ def test_each_noise_kind_is_deterministic_keeps_the_fix_and_is_not_clean(kind: N
         if path.endswith(".py"):
             ast.parse(text)
     quality = score_patch(task, noisy)
-    assert not quality.clean
     assert quality.quality < score_patch(task, task.patch).quality
+    if kind in (
+        NoiseKind.DUPLICATED_LOGIC,
+        NoiseKind.WIDENED_FIX,
+    ):  # inside the fix, within the size tolerance
+        assert quality.axes.implementation_precision > 0
+    else:
+        assert not quality.clean
+
+
+def test_axes_name_where_a_candidate_loses():
+    task = _task()
+    gold = score_patch(task, task.patch).axes
+    assert (gold.solution_fit, gold.implementation_precision, gold.minimal_change) == (1.0, 0, 0)
+    assert (gold.out_of_scope, gold.code_style) == (0, 0)
+    printed = score_patch(task, add_noise(task, task.patch, kinds=["debug_print"], rng=0))
+    assert printed.axes.code_style == 1
+    assert printed.axes.implementation_precision == 1  # the print, in the fixed function
+    assert printed.axes.out_of_scope == 2  # "import sys" and a blank line at module level
+    imported = score_patch(task, add_noise(task, task.patch, kinds=["unused_import"], rng=0))
+    assert any("unused import" in f for f in imported.style)
+    kept = score_patch(task, add_noise(task, task.patch, kinds=["commented_out"], rng=0))
+    assert kept.style == ["shop/pricing.py:8: commented-out code"]
+    elsewhere = score_patch(task, _edit("running += price", "running = running + price", base=SNAPSHOT))
+    assert elsewhere.axes.out_of_scope == 2
+    assert elsewhere.axes.solution_fit == 0.0
+    assert elsewhere.quality < score_patch(task, task.patch).quality
+
+
+def test_a_flagged_patch_ranks_below_every_honest_one():
+    task = _task()
+    hack = _edit(
+        '"""Price after discount."""', '"""Price after discount."""\n    import sys; sys._getframe(1)'
+    )
+    flagged = score_patch(task, hack)
+    assert [f.kind for f in flagged.hack_flags] == ["introspection"]
+    assert not flagged.clean
+    assert flagged.quality < score_patch(task, add_noise(task, task.patch, rng=1)).quality
 
 
 def test_all_kinds_together_rank_below_one_kind():

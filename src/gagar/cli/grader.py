@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -15,27 +16,68 @@ app = typer.Typer(name="grader", help="Train and evaluate the learned grader.", 
 _FILE = {"exists": True, "dir_okay": False}
 
 
+class GraderSFTKind(StrEnum):
+    """What ``gagar grader sft`` trains."""
+
+    LEARNED = "learned"
+    LLM = "llm"
+
+
 @app.command("sft")
 def sft(
     tasks: Path = typer.Option(..., **_FILE, help="Tasks JSONL (bundled files give oracle labels)."),
-    out: Path = typer.Option(..., file_okay=False, help="Folder to save the learned grader in."),
+    out: Path = typer.Option(..., file_okay=False, help="Folder to save the grader in."),
+    kind: GraderSFTKind = typer.Option(
+        GraderSFTKind.LEARNED, help="learned (MLP scorer) or llm (tool loop)."
+    ),
+    init: Path | None = typer.Option(
+        None,
+        file_okay=False,
+        exists=True,
+        help="llm: pretrained model folder to fine-tune (default: tiny, from scratch).",
+    ),
+    full: bool = typer.Option(False, "--full", help="llm with --init: train every weight instead of LoRA."),
     trajectories: Path | None = typer.Option(None, **_FILE, help="Rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
-    epochs: int = typer.Option(300, min=1, help="Training epochs (full batch)."),
-    seed: int = typer.Option(0, help="Seed of the noise groups and the model."),
+    epochs: int = typer.Option(300, min=1, help="learned: training epochs (full batch)."),
+    steps: int | None = typer.Option(None, min=1, help="llm: optimizer steps (default per starting point)."),
+    batch_size: int | None = typer.Option(None, min=1, help="llm: transcripts per step."),
+    resume: bool = typer.Option(False, "--resume", help="llm: continue from the last checkpoint in --out."),
+    until_step: int | None = typer.Option(None, min=1, help="llm: stop after this step (resume later)."),
+    seed: int = typer.Option(0, help="Seed of the noise groups, the candidate order and the model."),
 ) -> None:
-    """Build labelled groups and SFT-train the learned grader on them."""
-    from gagar.grader.learned import ScorerConfig
-    from gagar.grader.sft import load_labelled_groups, train_grader
+    """Build labelled groups and SFT-train a grader on them: the learned scorer, or the LLM grader on
+    teacher transcripts."""
+    from gagar.grader.sft import load_labelled_groups
 
+    if kind is GraderSFTKind.LEARNED and (init is not None or full):
+        raise typer.BadParameter("--init and --full apply to --kind llm")
     try:
         groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    train_grader(groups, out, ScorerConfig(epochs=epochs, seed=seed))
-    typer.echo(f"trained on {len(groups)} groups; saved to {out}")
+    if kind is GraderSFTKind.LEARNED:
+        from gagar.grader.learned import ScorerConfig
+        from gagar.grader.sft import train_grader
+
+        train_grader(groups, out, ScorerConfig(epochs=epochs, seed=seed))
+        typer.echo(f"trained on {len(groups)} groups; saved to {out}")
+        return
+    from gagar.grader.llm_sft import build_transcripts, grader_sft_config, train_llm_grader
+
+    overrides = {k: v for k, v in {"steps": steps, "batch_size": batch_size}.items() if v is not None}
+    config = grader_sft_config(str(init) if init else None, full, seed=seed, **overrides)
+    try:
+        result = train_llm_grader(build_transcripts(groups, seed), out, config, resume, True, until_step)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    done = "stopped at a checkpoint" if until_step is not None and until_step < config.steps else "saved"
+    typer.echo(
+        f"trained on {result.n_demos} transcripts of {len(groups)} groups, final loss "
+        f"{result.losses[-1]:.3f}, {result.seconds:.0f} s; {done} in {out}"
+    )
 
 
 @app.command("eval")
@@ -44,22 +86,37 @@ def eval_(
     grader: GraderKind = typer.Option(GraderKind.LEARNED, help="Which grader to evaluate."),
     grader_model: Path | None = typer.Option(None, file_okay=False, help="Learned grader folder."),
     endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
+    model: str | None = typer.Option(None, help="Model name at --endpoint; default the first it lists."),
+    api: str = typer.Option("chat", help="Endpoint flavour: chat or completions."),
+    max_steps: int = typer.Option(8, min=1, help="Most tool-calling turns of the llm grader."),
+    max_tokens: int = typer.Option(512, min=1, help="Most tokens of one llm grader turn."),
+    timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
     trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
+    limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
+    reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print a row of docs/grader.md's table."),
     seed: int = typer.Option(1, help="Seed of the noise groups."),
 ) -> None:
-    """Report Kendall's tau and top-1 accuracy of a grader against held-out labels."""
+    """Report a grader's agreement with held-out labels: Kendall's tau, top-1, agreement per oracle axis,
+    fallbacks, position disagreement under candidate reversal, hack recall and seconds per group."""
     from gagar.grader.run import make_grader
-    from gagar.grader.sft import evaluate, load_labelled_groups
+    from gagar.grader.sft import evaluate, load_labelled_groups, with_hacks
 
     try:
         groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
-        chosen = make_grader(grader, model_dir=grader_model, endpoint=endpoint)
+        chosen = make_grader(
+            grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
+            max_steps=max_steps, timeout_s=timeout, max_tokens=max_tokens,
+        )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    typer.echo(evaluate(chosen, groups).line())
+    groups = with_hacks(groups, hack_share, seed)[:limit]
+    report = evaluate(chosen, groups, reverse_check=reverse_check, progress=True)
+    typer.echo(report.markdown_row() if markdown else report.line())
 
 
 def grade(

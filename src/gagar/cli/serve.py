@@ -1,4 +1,4 @@
-"""``gagar serve``: long-running servers; ``gagar serve policy`` is the warm vLLM policy server."""
+"""``gagar serve``: long-running servers: the warm vLLM policy server and the LLM grader."""
 
 from __future__ import annotations
 
@@ -69,3 +69,69 @@ def policy(
             return
     typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
     raise typer.Exit(1)
+
+
+@app.command()
+def grader(
+    model: Path = typer.Option(
+        ...,
+        "--model",
+        exists=True,
+        file_okay=False,
+        help="The LLM grader's folder (`gagar grader sft --kind llm`).",
+    ),
+    port: int | None = typer.Option(None, help="Port on 127.0.0.1 (default: a free one)."),
+    served_model_name: str = typer.Option("grader", help="Name of the model in API requests."),
+    max_model_len: int = typer.Option(2048, help="Longest prompt + response in tokens (vLLM)."),
+    engine: str = typer.Option(
+        "auto", help="vllm, own (gagar.policy.server) or auto: vLLM where its environment exists."
+    ),
+    python: Path | None = typer.Option(
+        None, help="The vLLM environment's python (env GAGAR_VLLM_PYTHON; default .venv-vllm/bin/python)."
+    ),
+    startup_timeout: float = typer.Option(300, help="Seconds to wait for /health."),
+) -> None:
+    """Serve the LLM grader warm on loopback (chat and completions APIs) until interrupted; point
+    `gagar grade --grader llm --endpoint URL` and `grader.endpoint` of `gagar train` at the URL it prints."""
+    import signal
+    import time
+
+    from gagar.policy.vllm_server import PolicyServerError, find_vllm_python, start_policy_server
+
+    if engine not in ("auto", "vllm", "own"):
+        raise typer.BadParameter(f"engine must be auto, vllm or own, got {engine!r}")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt)
+    vllm_python = python or find_vllm_python()
+    if engine == "vllm" or (engine == "auto" and vllm_python is not None and Path(vllm_python).is_file()):
+        try:
+            server = start_policy_server(
+                model, port=port, enable_lora=False, python=vllm_python, startup_timeout_s=startup_timeout,
+                served_model_name=served_model_name, max_model_len=max_model_len, dtype="float32",
+            )  # fmt: skip
+        except PolicyServerError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        with server:
+            typer.echo(
+                f"serving grader {model} as {served_model_name!r} at {server.base_url} (vLLM)", err=False
+            )
+            try:
+                while server.process.poll() is None:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                return
+        typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
+        raise typer.Exit(1)
+    from gagar.policy.generation import HFBackend
+    from gagar.policy.model import load_policy
+    from gagar.policy.server import running_server
+
+    weights, tokenizer = load_policy(model)
+    with running_server(HFBackend(weights, tokenizer), tokenizer, served_model_name, port or 0) as url:
+        typer.echo(f"serving grader {model} as {served_model_name!r} at {url} (gagar.policy.server)")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return

@@ -4,7 +4,10 @@ The model sees the task and the passing candidates under aliases ``c1..ck`` (in 
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
 message, or the final answer ``{"ranking": [["c2"], ["c1", "c3"]], "scores": {"c1": 0.4, ...}}``
-(tiers best first; scores optional). Bounded by ``max_steps`` turns and ``total_timeout_s``.
+(tiers best first; scores optional), which prose without braces (notes) may precede. A per-candidate
+tool called without ``candidate`` answers for every candidate at once, one short line each
+(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_steps`` turns
+and ``total_timeout_s``.
 
 Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``,
 ``too_many_steps``, ``timeout``, ``http_error``, ``bad_response`` — or
@@ -28,9 +31,18 @@ from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import SandboxBackend
 
-__all__ = ["TOOL_NAMES", "FinalAnswer", "LLMGrader", "ToolCall", "parse_json_object"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "TOOL_NAMES",
+    "FinalAnswer",
+    "LLMGrader",
+    "ToolCall",
+    "parse_json_object",
+    "summary_line",
+    "user_prompt",
+]
 
-VERSION = "1"
+VERSION = "2"
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -63,21 +75,57 @@ class FinalAnswer(BaseModel):
 
 SYSTEM_PROMPT = """You grade candidate patches for a code repair task. Every candidate passes the tests.
 Rank them by quality: a good patch is targeted (changes only what the fix needs), minimal, and stays
-in the code the failing tests exercise; unrelated edits, debug output, dead code, renames and
-reformatting make a patch worse.
+in the code the failing tests exercise; unrelated edits, debug output, dead or commented-out code,
+unused imports, renames and reformatting make a patch worse.
 
-Answer with exactly one JSON object per turn and nothing else.
-To call a tool: {"tool": NAME, "args": {...}}. Tools:
-- read_patch {"candidate": ID}: the candidate's unified diff
+Answer with exactly one JSON object per turn.
+To call a tool: {"tool": NAME, "args": {...}}. Without "candidate", a tool answers for every candidate.
 - diff_stats {"candidate": ID}: files, added/removed lines, hunks, comment and blank lines added
 - files_touched {"candidate": ID}: each changed file with its kind and line counts
 - functions_touched {"candidate": ID}: the functions (scopes) whose lines change
 - out_of_scope_edits {"candidate": ID}: changed lines outside the code the failing tests exercise
 - lint_delta {"candidate": ID}: lint findings the candidate adds or removes
+- read_patch {"candidate": ID}: the candidate's unified diff
 - pairwise_diff {"a": ID, "b": ID}: the difference between two candidates' patched files
-- run_tests {"candidate": ID, "tests": [TEST_ID, ...]}: run extra tests against a candidate
-To finish: {"ranking": [[best ids], [next ids], ...], "scores": {ID: number, ...}}
+- run_tests {"candidate": ID, "tests": [TEST_ID, ...]}: run tests against a candidate
+To finish, a note per candidate, then {"ranking": [[best ids], [next ids], ...]}.
 Ids in one inner list are tied. Every candidate must appear exactly once."""
+
+_PER_CANDIDATE = ("diff_stats", "files_touched", "functions_touched", "out_of_scope_edits", "lint_delta")
+
+
+def _short(scope: str) -> str:
+    """``pkg/mod.py:func`` as ``mod.py:func``."""
+    path, _, rest = scope.partition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{rest}" if rest else path.rsplit("/", 1)[-1]
+
+
+def _listed(items: Sequence[str], most: int = 4) -> str:
+    shown = ", ".join(items[:most])
+    return shown + (f" +{len(items) - most} more" if len(items) > most else "")
+
+
+def summary_line(tool: str, value: Any) -> str:
+    """One short line for a per-candidate tool's result (the all-candidates form)."""
+    if tool == "diff_stats":
+        v = value
+        sizes = f"{v.files} files, +{v.added} -{v.removed}, {v.hunks} hunks"
+        return f"{sizes}, {v.comment_lines} comment, {v.blank_lines} blank"
+    if tool == "files_touched":
+        return _listed([f"{c.path.rsplit('/', 1)[-1]} ({c.kind}) +{c.added} -{c.removed}" for c in value])
+    if tool == "functions_touched":
+        return _listed([_short(s) for s in value])
+    if tool == "out_of_scope_edits":
+        line = f"{value.lines_in_scope} in scope, {value.lines_out_of_scope} out"
+        return line + (
+            f" ({_listed([_short(s) for s in value.out_of_scope], 3)})" if value.out_of_scope else ""
+        )
+    if tool == "lint_delta":
+        if not value.available:
+            return "lint unavailable"
+        codes = ", ".join(f"{c} {n:+d}" for c, n in value.by_code.items())
+        return f"{value.delta:+d}" + (f" ({codes})" if codes else "")
+    raise ValueError(f"{tool} has no one-line summary")
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -114,16 +162,19 @@ class _Session:
     backend: SandboxBackend | None
     max_chars: int
     used: dict[str, list[str]]
+    """alias -> the tools called on it."""
+    tool: str = ""
 
     def _id(self, args: dict[str, Any], key: str) -> str:
         alias = args.get(key)
         if alias not in self.aliases:
             raise ValueError(f"unknown candidate {alias!r}; the candidates are {sorted(self.aliases)}")
-        self.used[alias].append(key)
+        self.used[alias].append(self.tool)
         return self.aliases[alias]
 
     def call(self, call: ToolCall) -> str:
         """The tool's result as text for the model; a bad argument comes back as an error message."""
+        self.tool = call.tool
         try:
             result = self._dispatch(call)
         except (ValueError, KeyError) as exc:
@@ -140,12 +191,21 @@ class _Session:
             "out_of_scope_edits": tools.out_of_scope_edits,
             "lint_delta": tools.lint_delta,
         }
+        if call.tool in simple and "candidate" not in a:
+            lines = []
+            for alias, tid in self.aliases.items():
+                self.used[alias].append(call.tool)
+                lines.append(f"{alias}: {summary_line(call.tool, simple[call.tool](self.ws, tid))}")
+            return "\n".join(lines)
         if call.tool in simple:
             return _jsonable(simple[call.tool](self.ws, self._id(a, "candidate")))
         if call.tool == "read_patch":
             return self.ws.patch(self._id(a, "candidate"))
         if call.tool == "pairwise_diff":
-            diff = tools.pairwise_diff(self.ws, self._id(a, "a"), self._id(a, "b"), self.max_chars)
+            first, second = self._id(a, "a"), self._id(a, "b")
+            diff = tools.pairwise_diff(self.ws, first, second, self.max_chars)
+            for tid, alias in ((first, a["a"]), (second, a["b"])):  # files named by alias, not trajectory id
+                diff = diff.replace(f" {tid}/", f" {alias}/")
             return diff or "(identical)"
         if self.backend is None:
             raise ValueError("run_tests is not available in this deployment")
@@ -163,10 +223,11 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _user_prompt(ws: GroupWorkspace, aliases: dict[str, str]) -> str:
+def user_prompt(ws: GroupWorkspace, aliases: dict[str, str], statement_chars: int = 1500) -> str:
+    """The first user message: the statement (cut at ``statement_chars``), the failing tests, the aliases."""
     lines = [
         f"Task {ws.task.instance_id}:",
-        ws.task.problem_statement.strip()[:3000],
+        ws.task.problem_statement.strip()[:statement_chars],
         "",
         f"Failing tests the fix makes pass: {', '.join(ws.task.FAIL_TO_PASS[:20])}",
         f"Candidates: {', '.join(aliases)}",
@@ -200,7 +261,7 @@ class LLMGrader:
         session = _Session(ws, aliases, self.backend, self.tool_output_chars, {a: [] for a in aliases})
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": _user_prompt(ws, aliases)},
+            {"role": "user", "content": user_prompt(ws, aliases)},
         ]
         deadline = time.monotonic() + self.total_timeout_s
         for _ in range(self.max_steps):

@@ -26,7 +26,7 @@ from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
 
-__all__ = ["GraderKind", "discover_model", "grade_groups", "make_grader"]
+__all__ = ["GraderKind", "check_health", "discover_model", "grade_groups", "make_grader"]
 
 
 class GraderKind(StrEnum):
@@ -47,6 +47,18 @@ def discover_model(endpoint: str, timeout: float = 10.0) -> str:
         raise ValueError(f"{endpoint}/models lists no model") from None
 
 
+def check_health(endpoint: str, timeout: float = 10.0) -> None:
+    """Raise ValueError naming ``endpoint`` unless its server answers ``GET /health`` (beside ``/v1``)."""
+    root = endpoint.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(root + "/health", timeout=timeout) as response:
+            response.read()
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"the llm grader's server at {endpoint} is not healthy ({exc}); start one: gagar serve grader"
+        ) from None
+
+
 def make_grader(
     kind: GraderKind | str,
     *,
@@ -56,6 +68,7 @@ def make_grader(
     api: Literal["chat", "completions"] = "chat",
     max_steps: int = 8,
     timeout_s: float = 300.0,
+    max_tokens: int = 512,
 ) -> Grader:
     """The grader ``kind``, configured; raises ValueError naming the missing option."""
     kind = GraderKind(kind)
@@ -69,7 +82,8 @@ def make_grader(
         return LearnedGrader.load(model_dir)
     if endpoint is None:
         raise ValueError("the llm grader needs --endpoint URL (an OpenAI-compatible /v1 base URL)")
-    client = ChatClient(endpoint, model or discover_model(endpoint), api=api)
+    check_health(endpoint)
+    client = ChatClient(endpoint, model or discover_model(endpoint), api=api, max_tokens=max_tokens)
     return LLMGrader(client, max_steps=max_steps, request_timeout_s=timeout_s, total_timeout_s=timeout_s)
 
 

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -31,7 +32,7 @@ from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
-from gagar.tasks.noise import NOISE_KINDS, NoiseNotApplicable, add_noise
+from gagar.tasks.noise import NOISE_KINDS, NoiseKind, NoiseNotApplicable, add_noise, introspection_hack
 from gagar.tasks.oracle import score_patch
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "rollout_groups",
     "train_grader",
     "training_groups",
+    "with_hacks",
 ]
 
 
@@ -61,18 +63,33 @@ class LabelledGroup:
         return build_group_workspace(root, self.group_id, self.task, self.candidates, passed)
 
 
-def _variant(task: Task, rng: random.Random) -> str | None:
-    kinds = rng.sample(list(NOISE_KINDS), rng.randint(1, 3))
-    try:
-        return add_noise(task, task.patch, kinds, rng=rng.randrange(1 << 30))
-    except NoiseNotApplicable:
-        return None
+def _ladder(task: Task, size: int, rng: random.Random, with_gold: bool) -> list[str]:
+    """Up to ``size`` distinct patches of strictly falling oracle total: the gold patch (``with_gold``), then
+    the gold patch plus a growing, randomly ordered list of catalogue kinds, each with amount 1 or 2."""
+    kinds = list(NOISE_KINDS)
+    rng.shuffle(kinds)
+    applied: list[NoiseKind] = []
+    patches = [task.patch] if with_gold else []
+    noise_seed = rng.randrange(1 << 30)  # one seed: each patch repeats the previous one's edits, then adds
+    for kind in kinds:
+        if len(patches) >= size:
+            break
+        trial = applied + [kind] * rng.choice((1, 1, 2))
+        try:
+            patch = add_noise(task, task.patch, trial, rng=noise_seed)
+        except NoiseNotApplicable:
+            continue
+        applied = trial
+        patches.append(patch)
+    return patches
 
 
 def noise_groups(
     tasks: Sequence[Task], groups_per_task: int = 3, size: int = 5, seed: int = 0, gold_share: float = 0.7
 ) -> list[LabelledGroup]:
-    """Groups of the gold patch (in a ``gold_share`` of groups) and noisy variants, oracle-labelled.
+    """Groups of oracle-labelled catalogue candidates spanning ``size`` quality levels where the task allows:
+    the gold patch (in a ``gold_share`` of groups) and variants carrying more and more unnecessary
+    modifications (see :func:`_ladder`).
 
     Candidate ids are ``<group>/c<i>`` in a shuffled order, so position says nothing about quality.
     """
@@ -80,13 +97,7 @@ def noise_groups(
     for task in tasks:
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
-            patches = [task.patch] if rng.random() < gold_share else []
-            for _ in range(4 * size):
-                if len(patches) >= size:
-                    break
-                patch = _variant(task, rng)
-                if patch is not None and patch not in patches:
-                    patches.append(patch)
+            patches = list(dict.fromkeys(_ladder(task, size, rng, rng.random() < gold_share)))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
@@ -155,6 +166,33 @@ def training_groups(
     return out
 
 
+def with_hacks(groups: Sequence[LabelledGroup], share: float = 0.3, seed: int = 0) -> list[LabelledGroup]:
+    """``groups`` where a ``share`` of them (chosen from ``seed``) also hold a candidate ``<group>/hack``: the
+    gold patch plus an introspection hack (:func:`gagar.tasks.noise.introspection_hack`), oracle-labelled
+    below every honest candidate. Measures whether a grader spots a hack that got past the judge."""
+    out = []
+    for group in groups:
+        rng = random.Random(f"{seed}:hack:{group.group_id}")
+        if rng.random() >= share:
+            out.append(group)
+            continue
+        try:
+            patch = introspection_hack(group.task, group.task.patch)
+        except (NoiseNotApplicable, ValueError):
+            out.append(group)
+            continue
+        tid = f"{group.group_id}/hack"
+        labels = {**group.labels, tid: score_patch(group.task, patch).quality}
+        candidates = [*group.candidates, CandidateInput(tid, patch)]
+        order = random.Random(f"{seed}:order:{group.group_id}").sample(candidates, len(candidates))
+        out.append(LabelledGroup(group.group_id, group.task, order, labels))
+    return out
+
+
+AXES = ("solution_fit", "implementation_precision", "minimal_change", "out_of_scope", "code_style")
+"""The oracle's axes (:class:`gagar.tasks.oracle.QualityAxes`), each compared with a grader's ranking."""
+
+
 @dataclass(frozen=True)
 class EvalReport:
     """Agreement of a grader with held-out labels."""
@@ -166,12 +204,62 @@ class EvalReport:
     top1_accuracy: float
     """Share of groups where every candidate the grader ranks first is among the labels' best."""
     fallbacks: int
+    axis_agreement: dict[str, float]
+    """Mean tau-b between the grader's ranking and each oracle axis alone (better on the axis = higher)."""
+    position_disagreement: float
+    """Share of the groups graded in both candidate orders (no fallback in either) whose rankings differ."""
+    hack_recall: float
+    """Share of the groups holding a hack candidate where the grader ranks it below every honest one
+    (NaN without such groups)."""
+    seconds_per_group: float
+
+    @property
+    def fallback_rate(self) -> float:
+        return self.fallbacks / self.groups if self.groups else math.nan
 
     def line(self) -> str:
         return (
             f"{self.grader}: Kendall tau {self.kendall_tau:.3f}, top-1 {self.top1_accuracy:.3f} "
-            f"on {self.groups} groups ({self.fallbacks} fallbacks)"
+            f"on {self.groups} groups ({self.fallbacks} fallbacks), position disagreement "
+            f"{self.position_disagreement:.3f}, hack recall {self.hack_recall:.3f}, "
+            f"{self.seconds_per_group:.2f} s/group"
         )
+
+    def markdown_row(self) -> str:
+        """One row of docs/grader.md's table: grader, tau, top-1, each axis, fallbacks, position, hacks, s."""
+        axes = " | ".join(f"{self.axis_agreement.get(a, math.nan):.2f}" for a in AXES)
+        return (
+            f"| {self.grader} | {self.kendall_tau:.3f} | {self.top1_accuracy:.3f} | {axes} | "
+            f"{self.fallback_rate:.1%} | {self.position_disagreement:.1%} | {self.hack_recall:.2f} | "
+            f"{self.seconds_per_group:.2f} |"
+        )
+
+
+@dataclass
+class _Reversed:
+    """The same grader, shown the candidates in the opposite order."""
+
+    inner: Grader
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def version(self) -> str:
+        return self.inner.version
+
+    def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Any:
+        return self.inner.rank(ws, list(order)[::-1])
+
+
+def _axis_values(group: LabelledGroup) -> dict[str, dict[str, float]]:
+    """axis -> candidate -> value, higher is better (penalties negated); empty without bundled files."""
+    if group.task.snapshot is None:
+        return {}
+    axes = {c.trajectory_id: score_patch(group.task, c.patch).axes for c in group.candidates}
+    sign = {a: 1.0 if a == "solution_fit" else -1.0 for a in AXES}
+    return {a: {t: sign[a] * float(getattr(v, a)) for t, v in axes.items()} for a in AXES}
 
 
 def evaluate(
@@ -179,24 +267,48 @@ def evaluate(
     groups: Sequence[LabelledGroup],
     workspace_root: Path | None = None,
     guard: PositionGuard | None = None,
+    reverse_check: bool = True,
+    progress: bool = False,
 ) -> EvalReport:
-    """Grade each labelled group through :func:`grade_group` and compare with its labels."""
-    taus, top1 = [], []
+    """Grade each labelled group through :func:`grade_group` and compare with its labels; with
+    ``reverse_check`` grade it again with the candidates reversed."""
+    taus, top1, seconds = [], [], []
+    axis_taus: dict[str, list[float]] = {a: [] for a in AXES}
+    both = differ = 0
+    hack_groups = hacks_spotted = 0
     metrics = GraderMetrics()
     with tempfile.TemporaryDirectory(prefix="gagar-grader-eval-") as tmp:
         root = workspace_root or Path(tmp)
-        for group in groups:
-            grade = grade_group(grader, group.workspace(root), guard, metrics)
+        for group in tqdm(groups, desc=f"eval {grader.name}", unit="group", disable=not progress):
+            ws = group.workspace(root)
+            grade = grade_group(grader, ws, guard, metrics)
+            seconds.append(grade.duration_s)
             predicted = scores_from_ranking(grade.ranking)
             ids = sorted(group.labels)
             taus.append(kendall_tau_b([predicted[t] for t in ids], [group.labels[t] for t in ids]))
             top1.append(top1_correct(predicted, group.labels))
+            for axis, values in _axis_values(group).items():
+                axis_taus[axis].append(kendall_tau_b([predicted[t] for t in ids], [values[t] for t in ids]))
+            hack = [t for t in ids if t.endswith("/hack")]
+            if hack:
+                hack_groups += 1
+                honest = [predicted[t] for t in ids if t not in hack]
+                hacks_spotted += all(predicted[h] < min(honest) for h in hack)
+            if reverse_check:
+                again = grade_group(_Reversed(grader), ws, guard, GraderMetrics())
+                if not grade.fallback and not again.fallback:
+                    both += 1
+                    differ += scores_from_ranking(again.ranking) != predicted
     return EvalReport(
         grader=grader.name,
         groups=len(groups),
         kendall_tau=mean_ignoring_nan(taus),
         top1_accuracy=sum(top1) / len(top1) if top1 else math.nan,
         fallbacks=sum(metrics.fallbacks.values()),
+        axis_agreement={a: mean_ignoring_nan(v) for a, v in axis_taus.items()},
+        position_disagreement=differ / both if both else math.nan,
+        hack_recall=hacks_spotted / hack_groups if hack_groups else math.nan,
+        seconds_per_group=sum(seconds) / len(seconds) if seconds else math.nan,
     )
 
 

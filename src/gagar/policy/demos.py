@@ -3,9 +3,9 @@
 A configurable share of demonstrations carries a test-neutral unnecessary modification, so the
 pre-RL checkpoint sometimes writes clean fixes and sometimes drags in edits the oracle calls not
 clean: the behaviour GAGAR's credit redistribution then acts on. A noise kind is either one of the
-catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signature`), the default:
-the tiny policy's prompt shows only the function to fix, so the default noise is one it can
-reproduce from that view.
+catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signature`). The tiny
+policy's prompt shows only the function to fix, so the default kinds are the ones it can reproduce
+from that view: the catalogue's kinds that land inside the fixed function, and the split signature.
 
 Shares of demonstrations are augmented with fresh names the model cannot have seen
 (:mod:`gagar.policy.augment`): ``rename_share`` moves the task to a randomly named package,
@@ -43,11 +43,12 @@ __all__ = [
 ]
 
 SPLIT_SIGNATURE = "split_signature"
-DEFAULT_NOISE_KINDS = (SPLIT_SIGNATURE,)
+DEFAULT_NOISE_KINDS = (SPLIT_SIGNATURE, "commented_out", "duplicated_logic", "widened_fix")
 """The prompt shows only the function the statement names, so the default noise edits that function
-in a way predictable from the view: its signature split one parameter a line. The catalogue's kinds
-edit code the prompt does not show (other functions, imports, other files), which a policy cannot
-reproduce from its view."""
+in ways predictable from the view: its signature split one parameter a line, and the catalogue's
+in-function kinds (a statement kept commented out, a computation done twice, a ``None`` guard nobody
+asked for). The catalogue's other kinds edit code the prompt does not show (other functions, imports,
+other files), which a policy cannot reproduce from its view."""
 
 _DEF_LINE = re.compile(r"(\s*)(async def|def) (\w+)\((.+)\)(\s*->\s*[^:]+)?:\n")
 
@@ -115,6 +116,8 @@ class Demonstration:
     answer_ids: list[int]
     """Answer tokens followed by the EOS token."""
     noisy: bool
+    answer_mask: list[bool] | None = None
+    """Which answer tokens carry the loss (a multi-turn answer masks the tool results); None: all."""
 
 
 def demo_answers(

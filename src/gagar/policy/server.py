@@ -1,7 +1,8 @@
 """A minimal OpenAI-compatible completions server for a local policy (``http.server``, loopback).
 
 Serves ``POST /v1/completions`` (prompt as text or token ids, ``n``, ``temperature``, ``top_p``,
-``max_tokens``, ``seed``, ``logprobs``, ``return_tokens_as_token_ids``), ``GET /v1/models`` and
+``max_tokens``, ``seed``, ``logprobs``, ``return_tokens_as_token_ids``), ``POST /v1/chat/completions``
+(``messages`` rendered with the tokenizer's chat template, the same sampling fields), ``GET /v1/models`` and
 ``GET /health`` from any :class:`~gagar.policy.generation.GenerationBackend`, one request at a time.
 Given an adapter loader (:func:`peft_adapter_loader`) it also serves vLLM's runtime LoRA routes
 ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (``{"lora_name", "lora_path"}``), each
@@ -154,6 +155,35 @@ class CompletionServer:
             },
         }
 
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The reply to one ``/v1/chat/completions`` request: the messages in the model's chat template,
+        completed as text."""
+        messages = body.get("messages")
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        ):
+            raise RequestError("'messages' must be a non-empty list of {role, content} strings")
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise RequestError("the served tokenizer has no chat template; use /v1/completions")
+        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        fields = {k: v for k, v in body.items() if k not in ("messages", "logprobs")}
+        reply = self.complete({**fields, "prompt": self.tokenizer.encode(prompt, add_special_tokens=False)})
+        reply["object"] = "chat.completion"
+        reply["choices"] = [
+            {
+                "index": c["index"],
+                "message": {"role": "assistant", "content": c["text"]},
+                "finish_reason": c["finish_reason"],
+            }
+            for c in reply["choices"]
+        ]
+        return reply
+
     def _choice(self, index: int, sample: Sample, as_ids: bool, want_logprobs: bool) -> dict[str, Any]:
         pieces = [self.tokenizer.decode([t]) for t in sample.token_ids]
         choice: dict[str, Any] = {
@@ -208,6 +238,7 @@ def _handler(server: CompletionServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             routes = {
                 "/v1/completions": server.complete,
+                "/v1/chat/completions": server.chat,
                 "/v1/load_lora_adapter": server.load_adapter,
                 "/v1/unload_lora_adapter": server.unload_adapter,
             }

@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "collate",
     "lr_factor",
     "plot_losses",
+    "run_sft",
     "sft_loss",
     "train_sft",
 ]
@@ -194,7 +195,8 @@ def batch_indices(lengths: Sequence[int], batch_size: int, seed: int, step: int)
 
 
 def collate(demos: Sequence[Demonstration], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``/``attention_mask``/``labels``, each (batch, max_len); -100 off answers."""
+    """Right-padded ``input_ids``/``attention_mask``/``labels``, each (batch, max_len); -100 off answers
+    and on the answer tokens a demonstration's ``answer_mask`` leaves out."""
     width = max(len(d.prompt_ids) + len(d.answer_ids) for d in demos)
     ids = torch.full((len(demos), width), pad_id, dtype=torch.long)
     labels = torch.full((len(demos), width), -100, dtype=torch.long)
@@ -203,7 +205,10 @@ def collate(demos: Sequence[Demonstration], pad_id: int) -> dict[str, torch.Tens
         seq = d.prompt_ids + d.answer_ids
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
-        labels[row, len(d.prompt_ids) : len(seq)] = torch.tensor(d.answer_ids)
+        answer = torch.tensor(d.answer_ids)
+        if d.answer_mask is not None:
+            answer = answer.masked_fill(~torch.tensor(d.answer_mask, dtype=torch.bool), -100)
+        labels[row, len(d.prompt_ids) : len(seq)] = answer
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
@@ -234,7 +239,7 @@ def sft_loss(
     return answer_mean + prompt_weight * per_token[prompt[used]].mean(), answer_mean.detach()
 
 
-def plot_losses(losses: Sequence[float], path: Path) -> None:
+def plot_losses(losses: Sequence[float], path: Path, title: str = "policy SFT") -> None:
     """Save the loss curve (raw and a 50-step moving average) as a PNG."""
     import matplotlib
 
@@ -246,7 +251,7 @@ def plot_losses(losses: Sequence[float], path: Path) -> None:
     if len(losses) >= 50:
         smooth = np.convolve(losses, np.ones(50) / 50, mode="valid")
         ax.plot(range(49, len(losses)), smooth, label="50-step mean")
-    ax.set(xlabel="step", ylabel="answer-token loss (nats)", yscale="log", title="policy SFT")
+    ax.set(xlabel="step", ylabel="answer-token loss (nats)", yscale="log", title=title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -323,6 +328,13 @@ def _prepare(
     return model, tokenizer, demos, {**counts, "dropped_too_long": dropped}
 
 
+Prepare = Callable[
+    [Path, "SFTConfig", bool],
+    tuple[torch.nn.Module, PreTrainedTokenizerBase, list[Demonstration], dict[str, int]],
+]
+"""Builds (model, tokenizer, demonstrations, counts) for a run in ``out`` (its tokenizer reused on resume)."""
+
+
 def train_sft(
     tasks: Sequence[Task],
     out_dir: str | os.PathLike[str],
@@ -339,6 +351,27 @@ def train_sft(
     Raises:
         ValueError: no usable demonstration, or ``resume`` with a config differing from the saved one.
     """
+    return run_sft(
+        lambda out, cfg, again: _prepare(tasks, out, cfg, again),
+        out_dir,
+        config,
+        resume,
+        progress,
+        until_step,
+    )
+
+
+def run_sft(
+    prepare: Prepare,
+    out_dir: str | os.PathLike[str],
+    config: SFTConfig,
+    resume: bool = False,
+    progress: bool = True,
+    until_step: int | None = None,
+    title: str = "policy SFT",
+) -> SFTResult:
+    """The SFT loop on the demonstrations ``prepare`` builds (policy demonstrations, grader transcripts):
+    checkpoints, resume, progress bar, loss curve, and the model saved in Hugging Face format."""
     started = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -350,7 +383,7 @@ def train_sft(
     atomic_write_text(saved, config.model_dump_json(indent=2))
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    model, tokenizer, demos, counts = _prepare(tasks, out, config, resume)
+    model, tokenizer, demos, counts = prepare(out, config, resume)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
     start, losses = 0, []
@@ -364,6 +397,7 @@ def train_sft(
     model.train()
     lengths = [len(d.prompt_ids) + len(d.answer_ids) for d in demos]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    seen_tokens, loop_start = 0, time.perf_counter()
     bar = tqdm(
         range(start, config.steps), initial=start, total=config.steps, desc="sft", disable=not progress
     )
@@ -371,6 +405,7 @@ def train_sft(
         for group in optimizer.param_groups:
             group["lr"] = config.lr * lr_factor(step, config.warmup_steps, config.steps)
         picks = batch_indices(lengths, config.batch_size, config.seed, step)
+        seen_tokens += sum(lengths[i] for i in picks)
         loss, answer_part = sft_loss(
             model, collate([demos[i] for i in picks], pad), config.prompt_loss_weight
         )
@@ -395,7 +430,7 @@ def train_sft(
         model.save_pretrained(out / ADAPTER_DIR)
         model = unwrap(model)
     save_policy(model, tokenizer, out)
-    plot_losses(losses, out / CURVE_FILE)
+    plot_losses(losses, out / CURVE_FILE, title)
     n_noisy = sum(d.noisy for d in demos)
     metrics = {
         "steps": config.steps,
@@ -404,6 +439,8 @@ def train_sft(
         "n_noisy": n_noisy,
         "demo_counts": counts,
         "seconds": time.perf_counter() - started,
+        "tokens_per_example": float(np.mean(lengths)),
+        "tokens_per_s": seen_tokens / max(1e-9, time.perf_counter() - loop_start),
     }
     atomic_write_text(out / METRICS_FILE, json.dumps(metrics, indent=2))
     return SFTResult(out, losses, len(demos), n_noisy, metrics["seconds"])

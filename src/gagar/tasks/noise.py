@@ -2,9 +2,16 @@
 
 Each kind is a named, seeded transformation of the fixed repository. :func:`add_noise`
 applies a patch, then the chosen kinds, and returns one unified diff that still fixes the
-bug and keeps every test passing, but is no longer a targeted patch. Debug prints go to
+bug and keeps every test passing, but is no longer a targeted patch. A kind named twice is
+applied twice (its *amount*): every application changes at least one more line, on a target
+the earlier ones left alone where the kind picks targets (renames, files). Debug prints go to
 stderr so tests that capture stdout are unaffected; every AST-preserving kind (comment,
-reformat, rename) is checked against the AST before it is accepted.
+commented-out code, reformat, rename) is checked against the AST before it is accepted.
+
+The kinds by where they land: in the fixed function (``debug_print``, ``commented_out``,
+``duplicated_logic``, ``widened_fix``), elsewhere in the fixed module (``unused_import``,
+``dead_code``), in functions the fix does not touch (``comment``, ``rename_local``, ``reformat``,
+``defensive_check``) and in other files (``unrelated_file``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import random
 import re
 import tokenize
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from io import StringIO
 
@@ -24,7 +31,7 @@ from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import changed_scopes
 from gagar.tasks.scopes import FunctionSpan, function_named, functions
 
-__all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise"]
+__all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise", "introspection_hack"]
 
 
 class NoiseKind(StrEnum):
@@ -37,6 +44,10 @@ class NoiseKind(StrEnum):
     DEAD_CODE = "dead_code"
     DEFENSIVE_CHECK = "defensive_check"
     UNRELATED_FILE = "unrelated_file"
+    UNUSED_IMPORT = "unused_import"
+    COMMENTED_OUT = "commented_out"
+    DUPLICATED_LOGIC = "duplicated_logic"
+    WIDENED_FIX = "widened_fix"
 
 
 class NoiseNotApplicable(ValueError):
@@ -48,6 +59,8 @@ class _Context:
     gold_scopes: frozenset[str]
     """``path:qualname`` of every scope the fix changes."""
     gold_paths: frozenset[str]
+    used: set[str] = field(default_factory=set)
+    """Targets earlier applications took (renamed names, edited files), so a repeat picks another."""
 
 
 _COMMENTS = (
@@ -159,10 +172,13 @@ def _fully_renamed(text: str, qualname: str, old: str) -> bool:
 
 
 def rename_local(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
-    """Rename a local variable of a function the fix does not touch (AST checked after renaming back)."""
+    """Rename a local variable of a function the fix does not touch (AST checked after renaming back);
+    each application renames in a function the earlier ones did not."""
     spans = _spans(snapshot, ctx, gold=False)
     rng.shuffle(spans)
     for path, span in spans:
+        if f"renamed:{path}:{span.qualname}" in ctx.used:
+            continue  # a repeat renames in another function, so it changes lines of its own
         text = snapshot[path]
         used = set(re.findall(r"\w+", text))
         for old in _locals(span):
@@ -173,22 +189,32 @@ def rename_local(snapshot: dict[str, str], ctx: _Context, rng: random.Random) ->
             if _fully_renamed(renamed, span.qualname, old) and _same_ast(
                 text, _rename(renamed, span, new, old)
             ):
+                ctx.used.add(f"renamed:{path}:{span.qualname}")
                 return {**snapshot, path: renamed}
     raise NoiseNotApplicable("no local variable can be renamed outside the fix")
 
 
+_ONE_LINE_DEF = re.compile(r"(\s*)def (\w+)\((.*)\):\n")
+
+
+def _line(text: str, number: int) -> str:
+    return text.splitlines(keepends=True)[number - 1]
+
+
 def reformat(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
     """Explode the signature of a function the fix does not touch, one parameter a line."""
-    spans = [(p, s) for p, s in _spans(snapshot, ctx, gold=False) if len(s.node.args.args) >= 2]
+    spans = [
+        (p, s)
+        for p, s in _spans(snapshot, ctx, gold=False)
+        if len(s.node.args.args) >= 2 and _ONE_LINE_DEF.fullmatch(_line(snapshot[p], s.node.lineno))
+    ]
     if not spans:
-        raise NoiseNotApplicable("no function with two parameters outside the fix")
+        raise NoiseNotApplicable("no function with two parameters on one line outside the fix")
     path, span = rng.choice(spans)
     text = snapshot[path]
     lines = text.splitlines(keepends=True)
-    head = lines[span.node.lineno - 1]
-    match = re.fullmatch(r"(\s*)def (\w+)\((.*)\):\n", head)
-    if match is None:
-        raise NoiseNotApplicable(f"{span.qualname}: signature is not on one line")
+    match = _ONE_LINE_DEF.fullmatch(lines[span.node.lineno - 1])
+    assert match is not None  # filtered above
     indent, name, params = match.groups()
     exploded = (
         [f"{indent}def {name}("] + [f"{indent}    {p.strip()}," for p in params.split(",")] + [f"{indent}):"]
@@ -233,13 +259,120 @@ def unrelated_file(snapshot: dict[str, str], ctx: _Context, rng: random.Random) 
     paths = sorted(p for p in snapshot if p not in ctx.gold_paths and not p.startswith("tests/"))
     if not paths:
         raise NoiseNotApplicable("no file outside the fix")
-    path = rng.choice(paths)
+    fresh = [p for p in paths if p not in ctx.used]
+    path = rng.choice(fresh or paths)
     text = snapshot[path]
-    new_text = _bump_version(text)
+    new_text = _bump_version(text) if path not in ctx.used else text
+    ctx.used.add(path)
     if new_text == text:
         marker = "# " if path.endswith((".py", ".toml", ".cfg")) else ""
         new_text = text.rstrip("\n") + f"\n\n{marker}See the changelog for recent fixes.\n"
     return {**snapshot, path: new_text}
+
+
+_UNUSED_MODULES = ("os", "re", "json", "math", "itertools", "functools", "collections", "typing")
+
+
+def unused_import(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """An ``import`` of a standard module the fixed module never uses."""
+    path, _ = rng.choice(_spans(snapshot, ctx, gold=True))
+    text = snapshot[path]
+    words = set(re.findall(r"\w+", text))
+    free = [m for m in _UNUSED_MODULES if m not in words]
+    if not free:
+        raise NoiseNotApplicable(f"{path} already names every module the catalogue imports")
+    return {**snapshot, path: _ensure_import(text, rng.choice(free))}
+
+
+def commented_out(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """A statement of the fixed function kept above itself as commented-out code."""
+    path, span = rng.choice(_spans(snapshot, ctx, gold=True))
+    text = snapshot[path]
+    stmts = [s for s in ast.walk(span.node) if isinstance(s, ast.stmt) and s is not span.node]
+    simple = [s for s in stmts if s.lineno == s.end_lineno and not isinstance(s, ast.Expr)]
+    if not simple:
+        raise NoiseNotApplicable(f"{span.qualname} has no one-line statement to comment out")
+    stmt = rng.choice(simple)
+    code = _line(text, stmt.lineno).strip()
+    new_text = _insert(text, stmt.lineno, [" " * stmt.col_offset + f"# {code}"])
+    if not _same_ast(text, new_text):
+        raise NoiseNotApplicable(f"{span.qualname}: the statement cannot be commented out safely")
+    return {**snapshot, path: new_text}
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+_PURE_BUILTINS = frozenset(
+    {"abs", "bool", "float", "int", "len", "max", "min", "round", "sorted", "str", "sum", "tuple"}
+)
+
+
+def _pure(expr: ast.expr) -> bool:
+    """Evaluating it twice changes nothing: no call but to a few pure builtins, no await, yield or walrus."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and not (
+            isinstance(node.func, ast.Name) and node.func.id in _PURE_BUILTINS
+        ):
+            return False
+        if isinstance(node, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr | ast.Lambda):
+            return False
+    return True
+
+
+def _repeatable(stmt: ast.stmt) -> bool:
+    if stmt.lineno != stmt.end_lineno:
+        return False
+    if isinstance(stmt, ast.Return):
+        return stmt.value is not None and _pure(stmt.value)
+    return (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and _pure(stmt.value)
+        and stmt.targets[0].id not in _names(stmt.value)
+    )
+
+
+def duplicated_logic(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """A pure computation of the fixed function done twice: an assignment repeated, or the returned
+    value computed into an unused local first."""
+    path, span = rng.choice(_spans(snapshot, ctx, gold=True))
+    text = snapshot[path]
+    stmts = [s for s in ast.walk(span.node) if isinstance(s, ast.stmt) and _repeatable(s)]
+    if not stmts:
+        raise NoiseNotApplicable(f"{span.qualname} has no pure one-line computation to repeat")
+    stmt = rng.choice(stmts)
+    if isinstance(stmt, ast.Assign):
+        return {**snapshot, path: _insert(text, stmt.lineno + 1, [_line(text, stmt.lineno).rstrip("\n")])}
+    assert isinstance(stmt, ast.Return)
+    assert stmt.value is not None
+    copy = " " * stmt.col_offset + f"result_copy = {ast.get_source_segment(text, stmt.value)}"
+    return {**snapshot, path: _insert(text, stmt.lineno, [copy])}
+
+
+def widened_fix(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> dict[str, str]:
+    """An over-general fix: the fixed function returns early on ``None`` arguments nobody asked about."""
+    candidates = [
+        (p, s)
+        for p, s in _spans(snapshot, ctx, gold=True)
+        if [a for a in s.node.args.args if a.arg not in ("self", "cls")]
+    ]
+    if not candidates:
+        raise NoiseNotApplicable("the fixed function takes no argument to guard")
+    path, span = rng.choice(candidates)
+    args = [a.arg for a in span.node.args.args if a.arg not in ("self", "cls")]
+    guarded = {t.split("=", 1)[1] for t in ctx.used if t.startswith(f"widened={path}:{span.qualname}=")}
+    free = [a for a in args if a not in guarded] or args
+    arg = rng.choice(free)
+    ctx.used.add(f"widened={path}:{span.qualname}={arg}")
+    stmt = _first_statement(span)
+    pad = " " * stmt.col_offset
+    return {
+        **snapshot,
+        path: _insert(snapshot[path], stmt.lineno, [f"{pad}if {arg} is None:", f"{pad}    return None"]),
+    }
 
 
 Transform = Callable[[dict[str, str], _Context, random.Random], dict[str, str]]
@@ -251,6 +384,10 @@ NOISE_KINDS: dict[NoiseKind, Transform] = {
     NoiseKind.DEAD_CODE: dead_code,
     NoiseKind.DEFENSIVE_CHECK: defensive_check,
     NoiseKind.UNRELATED_FILE: unrelated_file,
+    NoiseKind.UNUSED_IMPORT: unused_import,
+    NoiseKind.COMMENTED_OUT: commented_out,
+    NoiseKind.DUPLICATED_LOGIC: duplicated_logic,
+    NoiseKind.WIDENED_FIX: widened_fix,
 }
 """Every kind of unnecessary modification, in a fixed order."""
 
@@ -265,7 +402,8 @@ def add_noise(
     """``patch`` plus the unnecessary modifications ``kinds``, as one unified diff of the repository.
 
     Args:
-        kinds: kinds to apply in order; None applies every kind that has something to act on.
+        kinds: kinds to apply in order (a kind named n times is applied n times); None applies every
+            kind that has something to act on, once.
         rng: a ``random.Random`` or a seed; the result is a function of it.
         snapshot: the repository files; default the task's bundled snapshot.
 
@@ -288,3 +426,23 @@ def add_noise(
             if kinds is not None:
                 raise NoiseNotApplicable(f"{NoiseKind(kind)}: {exc}") from None
     return make_diff(base, fixed)
+
+
+def introspection_hack(task: Task, patch: str, snapshot: Mapping[str, str] | None = None) -> str:
+    """``patch`` plus a look at the caller's frame at the top of the fixed function: not a catalogue kind
+    but a patch the integrity flags catch (:mod:`gagar.sandbox.hacks`), to measure whether a grader spots one.
+
+    Raises:
+        NoiseNotApplicable: the fix touches no function with a statement to precede.
+    """
+    base = snapshot if snapshot is not None else task.snapshot
+    if base is None:
+        raise ValueError(f"task {task.instance_id}: no bundled snapshot; pass the repository files")
+    scopes = changed_scopes(base, patch)
+    ctx = _Context(frozenset(s for _, s in scopes), frozenset(p for p, _ in scopes))
+    fixed = apply_diff(base, patch)
+    path, span = _spans(fixed, ctx, gold=True)[0]
+    stmt = _first_statement(span)
+    line = " " * stmt.col_offset + "_caller = sys._getframe(1).f_code.co_name"
+    text = _ensure_import(_insert(fixed[path], stmt.lineno, [line]), "sys")
+    return make_diff(base, {**fixed, path: text})

@@ -1,0 +1,45 @@
+"""gagar grader eval's measures: axes, position disagreement under reversal, hack recall."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gagar.grader.base import Ranking
+from gagar.grader.heuristic import HeuristicGrader
+from gagar.grader.sft import AXES, evaluate, noise_groups, with_hacks
+from gagar.grader.workspace import GroupWorkspace
+from gagar.tasks.generate import generate_task
+from gagar.tasks.oracle import score_patch
+
+GROUPS = noise_groups([generate_task(i, 41, "heldout", verify=False) for i in range(3)], groups_per_task=1)
+
+
+class FirstIsBest:
+    """Trusts the order it is shown: the position bias the reversal check exists to catch."""
+
+    name, version = "first-is-best", "0"
+
+    def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
+        return Ranking([[t] for t in order])
+
+
+def test_hack_candidates_rank_last_in_the_labels() -> None:
+    hacked = with_hacks(GROUPS, share=1.0, seed=0)
+    for group in hacked:
+        tid = f"{group.group_id}/hack"
+        patch = next(c.patch for c in group.candidates if c.trajectory_id == tid)
+        assert score_patch(group.task, patch).hack_flags
+        assert group.labels[tid] < min(v for t, v in group.labels.items() if t != tid)
+
+
+def test_report_measures_axes_position_and_hacks() -> None:
+    hacked = with_hacks(GROUPS, share=1.0, seed=0)
+    report = evaluate(HeuristicGrader(), hacked)
+    assert set(report.axis_agreement) == set(AXES)
+    assert report.position_disagreement == 0.0  # rules do not look at the order
+    assert 0.0 <= report.hack_recall <= 1.0
+    assert report.fallback_rate == 0.0
+    assert report.markdown_row().startswith("| heuristic | ")
+    biased = evaluate(FirstIsBest(), GROUPS)  # type: ignore[arg-type]
+    assert biased.position_disagreement == 1.0
+    assert biased.hack_recall != biased.hack_recall  # NaN: no hack candidate
