@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/local
 
-.PHONY: run test test-fast check-wheel install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
+.PHONY: run embedded test test-fast check-wheel install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ sandbox-deps:
 
 run: install sandbox-deps
 	$(BIN)/gagar run --out $(RUN_DIR)
+
+# Rebuild the shipped pre-RL policy of the embedded default (src/gagar/data/embedded-policy, its recipe
+# and SHA256SUMS) from scratch, bit-exactly: after changing task generation, noise or demonstrations.
+embedded: install
+	$(BIN)/gagar policy embedded
 
 lint: install-dev
 	$(BIN)/ruff check .

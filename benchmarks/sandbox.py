@@ -8,13 +8,18 @@ Every configuration evaluates the same jobs (a small pytest suite and its gold p
 - ``judge``: the local backend with ``isolate=False``: the pristine judge (reset of the tests
   and runner settings, pinned pytest, the report plugin on its descriptors, hack detection)
   without prlimit, setpriv and bubblewrap;
-- ``hardened``: the local backend as it runs in training: the judge inside the sandbox.
+- ``hardened``: the judge inside a sandbox started per evaluation (``forkserver`` off);
+- ``forkserver``: the local backend as it runs in training: the judge inside a pre-started worker
+  per slot that forks each evaluation into namespaces of its own (:mod:`gagar.sandbox.forkserver`),
+  worker start-up included in the rates.
 
 Configurations are interleaved over a few rounds and the best round is kept, so load from
-other processes skews them alike (the load average is printed beside the rates). The overhead
-printed is bare's rate over hardened's, minus 1. On a machine shared with other work the rates
-swing by tens of percent between runs, so the script also times single evaluations of the three
-configurations, interleaved one by one, and compares their fastest (least disturbed) latencies.
+other processes skews them alike (the load average is printed beside the rates); each rate is
+printed as a ratio to bare pytest's (above 1: faster than bare pytest, as the forkserver is: it
+skips the interpreter start and pytest's import that every bare run pays). On a machine shared with
+other work the rates swing by tens of percent between runs, so the script also times single
+evaluations of every configuration, interleaved one by one, and compares their fastest (least
+disturbed) latencies.
 
     python benchmarks/sandbox.py [--jobs 16] [--rounds 3]
 """
@@ -30,13 +35,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gagar.sandbox.base import Prediction
+from gagar.sandbox.forkserver import WorkerPool
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.patch import apply_patch, file_diff
 from gagar.sandbox.workspace import materialize
 from gagar.schema.result import Status
 from gagar.schema.task import Task
 
-CONFIGS = ("bare", "judge", "hardened")
+CONFIGS = ("bare", "judge", "hardened", "forkserver")
 
 SOURCE = "def clamp(x, lo, hi):\n    return max(lo, x)\n"
 TESTS = "".join(
@@ -75,6 +81,11 @@ def bare_pytest(task: Task, pred: Prediction, python: str) -> int:
         return subprocess.run(argv, cwd=repo, env=env, capture_output=True, check=False).returncode
 
 
+def _backend(config: str, workers: int) -> LocalBackend:
+    settings = LocalSandboxSettings(forkserver=config == "forkserver")
+    return LocalBackend(workers=workers, isolate=config != "judge", settings=settings)
+
+
 def throughput(jobs: list[tuple[Task, Prediction]], workers: int, config: str) -> float:
     """Evaluations per second; every evaluation must resolve (bare: exit 0)."""
     start = time.perf_counter()
@@ -85,7 +96,7 @@ def throughput(jobs: list[tuple[Task, Prediction]], workers: int, config: str) -
         if any(codes):
             raise RuntimeError(f"bare pytest failed: exit statuses {codes}")
     else:
-        results = LocalBackend(workers=workers, isolate=config == "hardened").evaluate(jobs)
+        results = _backend(config, workers).evaluate(jobs)
         bad = [r for r in results if r.status != Status.PASSED]
         if bad:
             raise RuntimeError(f"{len(bad)} evaluations did not pass: {bad[0].reason}\n{bad[0].log[-2000:]}")
@@ -95,18 +106,23 @@ def throughput(jobs: list[tuple[Task, Prediction]], workers: int, config: str) -
 def latency_floor(jobs: list[tuple[Task, Prediction]], repeats: int) -> dict[str, float]:
     """Fastest single-evaluation seconds of each configuration over ``repeats`` interleaved runs."""
     python = LocalSandboxSettings().python
-    judge, hardened = LocalBackend(workers=1, isolate=False), LocalBackend(workers=1, isolate=True)
+    judge, hardened, forked = (_backend(c, 1) for c in ("judge", "hardened", "forkserver"))
+    workers = WorkerPool(forked._start_worker)  # one warm worker, as a training batch has
     run = {
         "bare": lambda job: bare_pytest(*job, python),
         "judge": lambda job: judge.evaluate_one(*job),
         "hardened": lambda job: hardened.evaluate_one(*job),
+        "forkserver": lambda job: forked.evaluate_one(*job, 0, workers),
     }
     best = dict.fromkeys(CONFIGS, float("inf"))
-    for n in range(repeats):
-        for config in CONFIGS:
-            start = time.perf_counter()
-            run[config](jobs[n % len(jobs)])
-            best[config] = min(best[config], time.perf_counter() - start)
+    try:
+        for n in range(repeats):
+            for config in CONFIGS:
+                start = time.perf_counter()
+                run[config](jobs[n % len(jobs)])
+                best[config] = min(best[config], time.perf_counter() - start)
+    finally:
+        workers.close()
     return best
 
 
@@ -129,20 +145,15 @@ def main() -> None:
         print(f"workers={workers} {config:8}: {rate:6.2f} evaluations/s")
     for workers in sorted({1, cores}):
         bare = best[(workers, "bare")]
-        judge, hardened = bare / best[(workers, "judge")] - 1, bare / best[(workers, "hardened")] - 1
-        print(
-            f"overhead against bare pytest at {workers} worker(s): judge {100 * judge:+.1f}%, "
-            f"hardened judge (judge + sandbox) {100 * hardened:+.1f}% (target <= 10%)"
-        )
+        ratios = ", ".join(f"{c} x{best[(workers, c)] / bare:.2f}" for c in CONFIGS[1:])
+        print(f"evaluations/s against bare pytest at {workers} worker(s): {ratios}")
     floor = latency_floor(jobs, args.repeats)
     print("fastest single evaluation: " + ", ".join(f"{c} {1000 * floor[c]:.0f} ms" for c in CONFIGS))
-    judge, hardened = floor["judge"] / floor["bare"] - 1, floor["hardened"] / floor["bare"] - 1
-    print(
-        f"overhead of the fastest against bare pytest: judge {100 * judge:+.1f}%, "
-        f"hardened judge {100 * hardened:+.1f}% (target <= 10%)"
-    )
-    scaling = best[(cores, "hardened")] / best[(1, "hardened")]
-    print(f"hardened scaling 1 -> {cores} workers: x{scaling:.2f} (ideal x{cores})")
+    ratios = ", ".join(f"{c} x{floor[c] / floor['bare']:.2f}" for c in CONFIGS[1:])
+    print(f"latency of the fastest against bare pytest: {ratios}")
+    for config in ("hardened", "forkserver"):
+        scaling = best[(cores, config)] / best[(1, config)]
+        print(f"{config} scaling 1 -> {cores} workers: x{scaling:.2f} (ideal x{cores})")
 
 
 if __name__ == "__main__":

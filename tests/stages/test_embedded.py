@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fixtures.policy import tiny_sft_config
-from gagar.embedded import EmbeddedSettings, prepare
+from gagar.embedded import (
+    RECIPE_FILE,
+    SHIPPED_POLICY,
+    SUMS_FILE,
+    EmbeddedSettings,
+    build_policy,
+    prepare,
+    shipped_mismatch,
+)
 from gagar.records import read_records
 from gagar.schema.task import Task
 from gagar.train.config import load_config
@@ -45,3 +57,41 @@ def test_the_shipped_local_config_loads():
     assert config.advantage.algo.value == "gagar"
     assert config.policy == path.parent.parent / "runs" / "local" / "embedded" / "policy"
     assert yaml.safe_load(path.read_text())["rollout"]["group_size"] == config.rollout.group_size
+
+
+STALE = "the shipped pre-RL policy is stale ({}): rebuild it with `make embedded` and commit the result"
+
+
+def test_the_shipped_policy_fits_this_code():
+    """Its files match their hashes, and the demonstrations this code builds are those it learnt from."""
+    mismatch = shipped_mismatch(EmbeddedSettings())
+    assert mismatch is None, STALE.format(mismatch)
+
+
+def test_prepare_copies_the_shipped_policy_instead_of_training(tmp_path):
+    embedded = prepare(tmp_path, EmbeddedSettings(rl_tasks=1, workers=1), progress=False)
+    assert embedded.sft_tasks is None  # nothing was trained, so no SFT tasks were generated
+    listed = [line.split("  ") for line in (SHIPPED_POLICY / SUMS_FILE).read_text().splitlines()]
+    assert "model.safetensors" in {name for _, name in listed}
+    for digest, name in listed:
+        assert hashlib.sha256((embedded.policy / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_a_tampered_or_differently_built_policy_is_not_used(tmp_path):
+    folder = tmp_path / "policy"
+    shutil.copytree(SHIPPED_POLICY, folder)
+    assert shipped_mismatch(EmbeddedSettings(seed=1), folder) == "it was built with other settings"
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    assert shipped_mismatch(EmbeddedSettings(), folder) == f"model.safetensors does not match {SUMS_FILE}"
+
+
+@pytest.mark.slow
+def test_make_embedded_reproduces_the_shipped_weights(tmp_path):
+    """The build command, run again, follows the shipped run bit for bit (checked at its probe step:
+    resuming is bit-exact, so the rest of the run is the same computation)."""
+    recipe = json.loads((SHIPPED_POLICY / RECIPE_FILE).read_text())
+    again = build_policy(tmp_path / "policy", until_step=recipe["probe_step"], progress=False)
+    assert again["probe_weights_sha256"] == recipe["probe_weights_sha256"], STALE.format(
+        f"`{recipe['command']}` no longer reproduces the weights after {recipe['probe_step']} steps"
+    )

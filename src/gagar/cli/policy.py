@@ -90,6 +90,26 @@ def sft(
     )
 
 
+@app.command()
+def embedded(
+    out: Path | None = typer.Option(
+        None, "--out", help="Where to write the policy (default: the shipped gagar/data/embedded-policy)."
+    ),
+) -> None:
+    """Build the embedded default's pre-RL policy from scratch, reproducibly (what `make embedded` runs).
+
+    Rewrites the policy, its recipe.json and SHA256SUMS; `gagar run` uses them when they match the code.
+    """
+    from gagar.embedded import SHIPPED_POLICY, build_policy
+
+    target = out or SHIPPED_POLICY
+    recipe = build_policy(target)
+    typer.echo(
+        f"wrote {target} in {recipe['built_with']['build_seconds']:.0f} s "
+        f"(step-{recipe['probe_step']} weights sha256 {recipe['probe_weights_sha256'][:12]}…)"
+    )
+
+
 @app.command("eval")
 def evaluate(
     policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),

@@ -106,14 +106,16 @@ def rollout(
     step: int = 0,
     gen_batch: int = 0,
     max_prompt_tokens: int = 1024,
-    tasks_per_call: int = 8,
+    tasks_per_call: int | None = None,
     policy_version: str | None = None,
     progress: bool = True,
 ) -> Iterator[Trajectory]:
     """Yield ``group_size`` trajectories per task, task by task.
 
-    ``tasks_per_call`` tasks go to the backend together; with ``params.seed`` set, call ``c`` is
-    seeded ``seed + c``, so the same arguments give the same trajectories.
+    ``tasks_per_call`` tasks go to the backend together (None: the whole generation batch in one
+    call, which the backend batches as it runs best: ``HFBackend`` in rows of its ``batch_size``, a
+    server with all requests in flight); with ``params.seed`` set, call ``c`` is seeded ``seed + c``,
+    so the same arguments give the same trajectories.
 
     Raises:
         ValueError: ``group_size`` below 1, or a task whose prompt cannot be built (no snapshot, too long).
@@ -121,8 +123,9 @@ def rollout(
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
     bar = tqdm(total=len(tasks) * group_size, desc="rollout", unit="traj", disable=not progress)
-    for call, start in enumerate(range(0, len(tasks), tasks_per_call)):
-        chunk = tasks[start : start + tasks_per_call]
+    per_call = tasks_per_call or max(len(tasks), 1)
+    for call, start in enumerate(range(0, len(tasks), per_call)):
+        chunk = tasks[start : start + per_call]
         prompts = [build_prompt(t, tokenizer, max_prompt_tokens) for t in chunk]
         call_params = (
             params if params.seed is None else params.model_copy(update={"seed": params.seed + call})

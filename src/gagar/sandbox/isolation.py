@@ -22,10 +22,20 @@ from pathlib import Path
 
 from gagar.sandbox.limits import SandboxLimits
 
-__all__ = ["SANDBOX_JUDGE", "SANDBOX_REPO", "rlimit_args", "sandbox_argv", "sandbox_env", "venv_of"]
+__all__ = [
+    "SANDBOX_JUDGE",
+    "SANDBOX_REPO",
+    "SANDBOX_WORK",
+    "rlimit_args",
+    "sandbox_argv",
+    "sandbox_env",
+    "venv_of",
+    "worker_argv",
+]
 
 SANDBOX_REPO = "/sandbox/repo"
 SANDBOX_JUDGE = "/sandbox/judge"
+SANDBOX_WORK = "/sandbox/work"
 _CPU_GRACE_S = 5
 _ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
@@ -91,23 +101,8 @@ def _interpreter_args(python: str) -> list[str]:
     return args
 
 
-def sandbox_argv(
-    *,
-    tools: tuple[str, str, str],
-    uid: int,
-    limits: SandboxLimits,
-    repo: Path,
-    judge: Path,
-    python: str,
-    started_fd: int,
-    command: str,
-) -> list[str]:
-    """The full argv: ``tools`` are the paths of (prlimit, setpriv, bwrap); ``command`` runs under /bin/sh.
-
-    Once inside the sandbox, bash (dash cannot name fds above 9) writes ``started`` to
-    ``started_fd`` and closes it before running ``command``: no output there means the sandbox
-    never started (an infrastructure failure), and the code under test cannot take that back.
-    """
+def _dropped(tools: tuple[str, str, str], uid: int, limits: SandboxLimits) -> list[str]:
+    """prlimit, then setpriv to ``uid``, then the bwrap executable: the start of every sandbox argv."""
     prlimit, setpriv, bwrap = tools
     return [
         *rlimit_args(prlimit, limits),
@@ -134,6 +129,28 @@ def sandbox_argv(
         str(limits.tmp_bytes),
         "--tmpfs",
         "/tmp",
+    ]
+
+
+def sandbox_argv(
+    *,
+    tools: tuple[str, str, str],
+    uid: int,
+    limits: SandboxLimits,
+    repo: Path,
+    judge: Path,
+    python: str,
+    started_fd: int,
+    command: str,
+) -> list[str]:
+    """The full argv: ``tools`` are the paths of (prlimit, setpriv, bwrap); ``command`` runs under /bin/sh.
+
+    Once inside the sandbox, bash (dash cannot name fds above 9) writes ``started`` to
+    ``started_fd`` and closes it before running ``command``: no output there means the sandbox
+    never started (an infrastructure failure), and the code under test cannot take that back.
+    """
+    return [
+        *_dropped(tools, uid, limits),
         "--bind",
         str(repo),
         SANDBOX_REPO,
@@ -149,6 +166,42 @@ def sandbox_argv(
         f'echo started >&{started_fd} && exec {started_fd}>&- && exec /bin/sh -c "$1"',
         "sandbox",
         command,
+    ]
+
+
+def worker_argv(
+    *,
+    tools: tuple[str, str, str],
+    uid: int,
+    limits: SandboxLimits,
+    work: Path,
+    worker: Path,
+    python: str,
+    control_fd: int,
+) -> list[str]:
+    """The argv of a slot's forkserver worker (:mod:`gagar.sandbox.forkserver`): the same sandbox as
+    :func:`sandbox_argv`, with the slot's workspace folder at ``/sandbox/work`` (each evaluation's
+    repository and judge folder are bound in place by the worker's per-evaluation namespaces) and
+    ``worker``, the folder holding the worker script, read-only at ``/sandbox/worker``."""
+    return [
+        *_dropped(tools, uid, limits),
+        "--dir",
+        SANDBOX_REPO,
+        "--dir",
+        SANDBOX_JUDGE,
+        "--bind",
+        str(work),
+        SANDBOX_WORK,
+        "--ro-bind",
+        str(worker),
+        "/sandbox/worker",
+        *_interpreter_args(python),
+        "--chdir",
+        "/sandbox",
+        "--",
+        "/sandbox/bin/python",
+        "/sandbox/worker/gagar_forkserver.py",
+        str(control_fd),
     ]
 
 

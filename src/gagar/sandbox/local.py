@@ -27,6 +27,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.base import Prediction, ProgressCallback
+from gagar.sandbox.forkserver import NONCE_FD, REPORT_FD, Worker, WorkerError, WorkerPool, forkable
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
 from gagar.sandbox.isolation import SANDBOX_JUDGE, SANDBOX_REPO, sandbox_argv, sandbox_env, venv_of
 from gagar.sandbox.limits import SandboxLimits
@@ -98,6 +99,10 @@ class LocalSandboxSettings(BaseSettings):
     """Parent of the workspaces; None means the system temp dir (env GAGAR_SANDBOX__WORK_ROOT)."""
     repos_dir: Path | None = None
     """Local clones <repos_dir>/<owner>/<name> for base_commit tasks (env GAGAR_SANDBOX__REPOS_DIR)."""
+    forkserver: bool = True
+    """Run ``python -m pytest`` evaluations in a pre-started worker per slot that forks each one into
+    namespaces of its own (:mod:`gagar.sandbox.forkserver`); False starts a sandbox per evaluation
+    (env GAGAR_SANDBOX__FORKSERVER)."""
 
 
 def _tool(name: str) -> str:
@@ -139,23 +144,61 @@ class LocalBackend:
         self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
     ) -> list[TestResult]:
         """One TestResult per job, in order; never raises for a bad patch or a broken sandbox."""
-        return run_pool(jobs, self.evaluate_one, self.workers, on_result)
+        if not (self.isolate and self.settings.forkserver):
+            return run_pool(jobs, self.evaluate_one, self.workers, on_result)
+        pool = WorkerPool(self._start_worker)
+        try:
+            return run_pool(
+                jobs,
+                lambda task, pred, slot: self.evaluate_one(task, pred, slot, pool),
+                self.workers,
+                on_result,
+            )
+        finally:
+            pool.close()
 
-    def evaluate_one(self, task: Task, pred: Prediction, slot: int = 0) -> TestResult:
-        """Evaluate one prediction as worker slot ``slot``; any machinery failure is an infra_error."""
+    def _start_worker(self, slot: int) -> Worker:
+        s = self.settings
+        try:
+            tools = (_tool(s.prlimit), _tool(s.setpriv), _tool(s.bwrap))
+        except InfraError as exc:
+            raise WorkerError(str(exc)) from exc
+        return Worker(
+            tools=tools,
+            limits=self.limits,
+            python=s.python,
+            uid_lease=(s.uid_lock_dir, s.base_uid, s.uid_count, slot),
+            work_root=s.work_root,
+        )
+
+    def evaluate_one(
+        self, task: Task, pred: Prediction, slot: int = 0, workers: WorkerPool | None = None
+    ) -> TestResult:
+        """Evaluate one prediction as worker slot ``slot`` (in the slot's forkserver worker when
+        ``workers`` has one and the task's command allows it); any machinery failure is an infra_error."""
         start = time.monotonic()
         base = {"trajectory_id": pred.key, "instance_id": pred.instance_id}
+        args = forkable(task.test_cmd or DEFAULT_TEST_CMD) if task.environment.python is None else None
+        worker = workers.for_slot(slot) if workers is not None and args is not None else None
         try:
-            with workspace(self.settings.work_root) as ws:
+            with workspace(worker.work if worker is not None else self.settings.work_root) as ws:
                 prepared = self._prepare(task, pred, ws)
                 if isinstance(prepared, str):
                     return TestResult(**base, status=Status.FAILED, reason=prepared, duration_s=_since(start))
                 channels = open_channels(str(ws.root))
                 try:
-                    run = self._run(task, ws, slot, channels)
+                    if worker is not None and args is not None:
+                        run = self._run_in_worker(worker, ws, args, channels)
+                    else:
+                        run = self._run(task, ws, slot, channels)
                     report = read_report(channels.report, channels.nonce, self.limits.max_report_bytes)
                 finally:
                     channels.close()
+        except WorkerError as exc:
+            if workers is not None:
+                workers.discard(slot)
+            reason = f"{type(exc).__name__}: {exc}"
+            return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
         except (InfraError, WorkspaceError, UidsBusyError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
@@ -223,6 +266,17 @@ class LocalBackend:
             how, output = exit_reason(run.returncode), run.log.strip()[-500:] or "no output"
             raise InfraError(f"bubblewrap did not start the sandbox ({how}): {output}")
         return run
+
+    def _run_in_worker(
+        self, worker: Worker, ws: Workspace, args: list[str], channels: Channels
+    ) -> RunOutcome:
+        config = config_file(ws.repo)
+        env = {
+            **sandbox_env(worker.python),
+            **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, (NONCE_FD, REPORT_FD)),
+        }
+        hand_over(ws, worker.uid)
+        return worker.run(ws.root, env, args, channels.fds)
 
     def _run_unisolated(
         self, command: str, python: str, ws: Workspace, env: dict[str, str], fds: tuple[int, ...]

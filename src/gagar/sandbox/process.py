@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["BoundedOutput", "RunOutcome", "kill_uid", "run_bounded"]
+__all__ = ["BoundedOutput", "RunOutcome", "kill_uid", "live_pids_of", "run_bounded"]
 
 _CHUNK = 1 << 16
 
@@ -134,7 +134,7 @@ def run_bounded(
     )
 
 
-def _live_pids_of(uid: int) -> list[int]:
+def live_pids_of(uid: int) -> list[int]:
     """Processes of ``uid`` that are not zombies (a zombie holds nothing and cannot be killed)."""
     pids = []
     for name in os.listdir("/proc"):
@@ -149,14 +149,15 @@ def _live_pids_of(uid: int) -> list[int]:
     return pids
 
 
-def kill_uid(uid: int, timeout_s: float = 5.0) -> int:
-    """SIGKILL every live process of ``uid`` until none is left (or ``timeout_s``); returns how many remain.
+def kill_uid(uid: int, timeout_s: float = 5.0, spare: frozenset[int] = frozenset()) -> int:
+    """SIGKILL every live process of ``uid`` but ``spare`` until none is left (or ``timeout_s``);
+    returns how many remain.
 
     The sandbox's PID namespace dies with its init, but the kernel reaps it asynchronously:
     this makes sure a worker slot's uid is idle before its next evaluation counts processes.
     """
     deadline = time.monotonic() + timeout_s
-    while pids := _live_pids_of(uid):
+    while pids := [p for p in live_pids_of(uid) if p not in spare]:
         if time.monotonic() > deadline:
             return len(pids)
         for pid in pids:

@@ -18,7 +18,6 @@ from gagar.storage.errors import (
 )
 from gagar.storage.local import LocalStore
 from gagar.storage.retry import RetryPolicy
-from gagar.storage.s3 import S3Store
 from gagar.storage.settings import StorageSettings, open_store
 
 __all__ = [
@@ -39,3 +38,11 @@ __all__ = [
     "build_manifest",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "S3Store":  # imports minio: only when asked for (a local store never needs it)
+        from gagar.storage.s3 import S3Store
+
+        return S3Store
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

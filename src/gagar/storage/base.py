@@ -28,7 +28,10 @@ from gagar.storage.errors import (
     StoreError,
 )
 
-__all__ = ["ArtifactStore", "FileCallback", "ObjectInfo", "check_key", "join_key"]
+__all__ = ["MIN_PART_SIZE", "ArtifactStore", "FileCallback", "ObjectInfo", "check_key", "join_key"]
+
+MIN_PART_SIZE = 5 * 1024 * 1024
+"""S3's smallest multipart part (bytes): the least ``part_size`` an S3 store accepts."""
 
 log = logging.getLogger(__name__)
 

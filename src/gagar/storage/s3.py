@@ -20,7 +20,7 @@ from minio import Minio
 from minio.error import InvalidResponseError, S3Error, ServerError
 
 from gagar.schema.manifest import MANIFEST_NAME, Manifest, sha256_bytes, sha256_file
-from gagar.storage.base import ArtifactStore, FileCallback, ObjectInfo, check_key, join_key
+from gagar.storage.base import MIN_PART_SIZE, ArtifactStore, FileCallback, ObjectInfo, check_key, join_key
 from gagar.storage.errors import ObjectNotFoundError, StoreError, StoreUnavailableError
 from gagar.storage.retry import RetryError, RetryPolicy, retry_call
 
@@ -28,7 +28,6 @@ __all__ = ["MIN_PART_SIZE", "RETRYABLE_S3_CODES", "S3Store", "is_retryable"]
 
 T = TypeVar("T")
 
-MIN_PART_SIZE = 5 * 1024 * 1024
 """Smallest multipart part S3 accepts (5 MiB)."""
 
 RETRYABLE_S3_CODES = frozenset(

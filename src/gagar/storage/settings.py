@@ -18,10 +18,9 @@ from urllib.parse import unquote, urlsplit
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gagar.storage.base import ArtifactStore
+from gagar.storage.base import MIN_PART_SIZE, ArtifactStore
 from gagar.storage.local import LocalStore
 from gagar.storage.retry import RetryPolicy
-from gagar.storage.s3 import MIN_PART_SIZE, S3Store
 
 __all__ = ["AWS_DEFAULT_ENDPOINT", "StorageSettings", "open_store"]
 
@@ -100,6 +99,8 @@ def open_store(uri: str | os.PathLike[str], settings: StorageSettings | None = N
         raise ValueError(f"unsupported store URI {text!r}: use s3://bucket/prefix, file:///path or a path")
     if not parts.netloc:
         raise ValueError(f"store URI {text!r} has no bucket: use s3://bucket/prefix")
+    from gagar.storage.s3 import S3Store  # minio is imported only for an S3 store
+
     cfg = settings or StorageSettings()
     return S3Store(
         cfg.endpoint_host,

@@ -1,0 +1,374 @@
+"""One RL step of the embedded default, by stage, against the step's floor measured in the same run.
+
+The step (16 tasks x 8 samples by default, one generation batch, every mixed group trained on) runs
+twice: as ``gagar train`` (the in-process loop, its own process, start-up included) and as
+``gagar run`` (the kfp.local pipeline: one process per task). Then its floor, in this process, on
+what the in-process step produced:
+
+- generation: the same prompts through the same engine with the same sampling seed (so the same
+  tokens), one ``generate`` call, nothing around it (no prompt building, parsing or records);
+- tests: bare ``python -m pytest -q`` (the sandbox's interpreter, plugin autoload off) on a fresh
+  copy of each trajectory's repository with its patch and the task's test patch applied, with as
+  many at once as the sandbox runs: no pristine reset, report plugin, isolation or verdict;
+- update: the same PPO-clip forward/backward/optimizer steps on the same trajectories and
+  advantages, the model already loaded, nothing written.
+
+Printed: each stage's seconds and rate (rollout tokens/s, sandbox evaluations/s, grading, update
+tokens/s, I/O and start-up: the rest of the wall time) beside its floor, the ratio step / floor for
+both runners, and kfp.local's orchestration share (wall time outside the stage functions). The
+machine's load average is printed beside the figures; compare ratios, not seconds, across machines.
+
+    python benchmarks/rl_step.py [--tasks 16] [--group-size 8] [--max-new-tokens 128] [--json out.json]
+
+Without ``--policy``/``--rl-tasks`` the embedded default is prepared under ``--work`` (the shipped
+pre-RL policy and 48 verified tasks, reused on later runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from gagar.records import read_records
+from gagar.schema.batch import BatchEntry
+from gagar.schema.result import TestResult
+from gagar.schema.task import Task
+from gagar.schema.trajectory import Trajectory
+
+STAGES = ("rollout", "sandbox", "grade", "redistribute", "train")
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def step_config(args: argparse.Namespace, run_dir: Path, policy: Path, tasks: Path) -> dict[str, Any]:
+    """The ``gagar train`` settings of the measured step (one step, one generation batch)."""
+    return {
+        "run_dir": str(run_dir),
+        "tasks": str(tasks),
+        "policy": str(policy),
+        "steps": 1,
+        "seed": args.seed,
+        "keep_step_artifacts": True,
+        "rollout": {
+            "group_size": args.group_size,
+            "gen_batch_groups": args.tasks,
+            "train_batch_groups": args.tasks,
+            "max_gen_batches": 1,
+            "max_new_tokens": args.max_new_tokens,
+        },
+        "sandbox": {"backend": "local", "workers": args.workers},
+        "grader": {"kind": "heuristic"},
+        "advantage": {"algo": "gagar"},
+        "optim": {"minibatch_size": args.minibatch_size},
+    }
+
+
+def run_in_process(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> dict[str, Any]:
+    """``gagar train`` for one step in a process of its own; its wall time and stored metrics."""
+    run_dir = work / "train"
+    config = work / "train.yaml"
+    config.write_text(yaml.safe_dump(step_config(args, run_dir, policy, tasks)))
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "gagar", "train", "--config", str(config)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
+    wall = time.perf_counter() - start
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
+    return {"wall_s": wall, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
+
+
+def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> dict[str, Any]:
+    """``gagar run`` for one step through kfp.local, same settings; wall time and stage seconds."""
+    from gagar.pipeline.local import run_local
+
+    out = work / "kfp"
+    arguments = {
+        "model": str(policy.resolve()),
+        "tasks": str(tasks.resolve()),
+        "storage": str(out / "store"),
+        "algo": "gagar",
+        "grader": "heuristic",
+        "group_size": args.group_size,
+        "train_batch_groups": args.tasks,
+        "gen_batch_groups": args.tasks,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        "sandbox_backend": "local",
+        "pushgateway": "",
+    }
+    with open(work / "kfp.log", "w") as log:
+        saved = os.dup(1), os.dup(2)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            result = run_local(arguments, out=out, steps=1)
+        finally:
+            for fd, target in zip(saved, (1, 2), strict=True):
+                os.dup2(fd, target)
+                os.close(fd)
+    now = time.localtime()
+    walls = task_walls(work / "kfp.log", now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)
+    return {
+        "wall_s": result.wall_s,
+        "metrics": result.steps[-1],
+        "overhead_share": result.overhead_share,
+        "task_walls_s": walls,
+    }
+
+
+_TASK_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) - INFO - Executing task \W*\[\d+m'(\w+)'")
+
+
+def task_walls(log: Path, end_s: float) -> dict[str, float]:
+    """Wall seconds of each kfp.local task, from the runner's "Executing task" lines (the last task
+    ends at ``end_s``, seconds since midnight)."""
+    starts = []
+    for line in log.read_text(errors="replace").splitlines():
+        if m := _TASK_LINE.match(line):
+            h, mi, sec, name = m.groups()
+            starts.append((name, int(h) * 3600 + int(mi) * 60 + float(sec)))
+    ends = [t for _, t in starts[1:]] + [end_s]
+    return {name: end - start for (name, start), end in zip(starts, ends, strict=True)}
+
+
+def import_seconds(statement: str, runs: int = 3) -> float:
+    """Fastest wall seconds of a fresh interpreter running ``statement`` (what a kfp.local task pays)."""
+    best = float("inf")
+    env = {**os.environ, "_KFP_RUNTIME": "true"}
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", statement], check=True, env=env)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def generation_floor(policy: Path, trajectories: list[Trajectory]) -> dict[str, float]:
+    """The same prompts, engine and sampling seed in one ``generate`` call; tokens and seconds."""
+    from gagar.policy.generation import HFBackend
+    from gagar.policy.model import load_policy
+
+    model, tokenizer = load_policy(policy)
+    backend = HFBackend(model, tokenizer)
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id, []).append(t)
+    prompts = [g[0].prompt_token_ids for g in groups.values()]
+    params = trajectories[0].sampling
+    start = time.perf_counter()
+    samples = backend.generate(prompts, params, len(next(iter(groups.values()))))
+    seconds = time.perf_counter() - start
+    tokens = sum(len(s.token_ids) for row in samples for s in row)
+    same = [s.token_ids for row in samples for s in row] == [t.response_token_ids for t in trajectories]
+    return {"tokens": float(tokens), "seconds": seconds, "same_tokens": float(same)}
+
+
+def _bare_pytest(task: Task, patch: str, python: str) -> int:
+    from gagar.sandbox.patch import PatchError, apply_patch
+    from gagar.sandbox.workspace import materialize
+
+    with tempfile.TemporaryDirectory(prefix="gagar-bench-") as tmp:
+        repo = Path(tmp)
+        materialize(task, repo, None)
+        try:
+            if patch.strip():
+                apply_patch(repo, patch, 1 << 22)
+            if task.test_patch.strip():
+                apply_patch(repo, task.test_patch, 1 << 22)
+        except PatchError:
+            return -1  # the judge refuses it without running tests either
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, check=False).returncode
+
+
+def tests_floor(tasks: list[Task], trajectories: list[Trajectory], workers: int) -> dict[str, float]:
+    """Bare pytest on each trajectory's patched repository, ``workers`` at a time; runs and seconds."""
+    from gagar.sandbox.local import LocalSandboxSettings
+
+    by_id = {t.instance_id: t for t in tasks}
+    python = LocalSandboxSettings().python
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        codes = list(
+            pool.map(lambda t: _bare_pytest(by_id[t.instance_id], t.model_patch, python), trajectories)
+        )
+    return {"evaluations": float(len(codes)), "seconds": time.perf_counter() - start}
+
+
+def update_floor(
+    policy: Path, trajectories: list[Trajectory], batch: list[BatchEntry], minibatch: int
+) -> dict:
+    """The update's forward/backward/optimizer steps on the same batch, the model already loaded."""
+    from gagar.policy.model import load_policy
+    from gagar.train.update import OptimConfig, make_optimizer, update_policy
+
+    model, tokenizer = load_policy(policy)
+    config = OptimConfig(minibatch_size=minibatch)
+    optimizer = make_optimizer(model, config)
+    by_id = {t.trajectory_id: t for t in trajectories}
+    chosen = [by_id[e.trajectory_id] for e in batch]
+    advantages = np.array([e.advantage for e in batch])
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    start = time.perf_counter()
+    update_policy(model, optimizer, chosen, advantages, config, pad, rng=np.random.default_rng([0, 0]))
+    seconds = time.perf_counter() - start
+    return {"tokens": float(sum(sum(t.loss_mask) for t in chosen)), "seconds": seconds}
+
+
+def breakdown(metrics: dict[str, float], wall: float) -> dict[str, float]:
+    """Seconds of each stage function, and the rest of the wall time (I/O, start-up, orchestration)."""
+    stages = {name: float(metrics.get(f"perf/{name}_s", 0.0)) for name in STAGES}
+    stages["io_and_startup"] = wall - sum(stages.values())
+    return stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", type=Path, help="pre-RL policy (default: the embedded default's)")
+    parser.add_argument("--rl-tasks", type=Path, help="RL tasks JSONL (default: the embedded default's)")
+    parser.add_argument("--work", type=Path, default=Path(".work/bench-rl-step"), help="scratch folder")
+    parser.add_argument("--tasks", type=int, default=16, help="tasks in the generation batch")
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--minibatch-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="sandbox slots (floor too)")
+    parser.add_argument("--skip-kfp", action="store_true", help="measure the in-process step only")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if args.policy is None or args.rl_tasks is None:
+        from gagar.embedded import prepare
+
+        embedded = prepare(work / "embedded", progress=False)
+        args.policy = args.policy or embedded.policy
+        args.rl_tasks = args.rl_tasks or embedded.rl_tasks
+    args.policy, args.rl_tasks = args.policy.resolve(), args.rl_tasks.resolve()
+    for sub in ("train", "kfp"):
+        subprocess.run(["rm", "-rf", str(work / sub)], check=True)
+
+    report: dict[str, Any] = {"load_before": _load(), "settings": vars(args) | {"cores": os.cpu_count()}}
+    inproc = run_in_process(args, work, args.policy, args.rl_tasks)
+    report["load_after_train"] = _load()
+    step_dir = inproc["step_dir"]
+    trajectories = read_records(step_dir / "trajectories-0.jsonl", Trajectory)
+    results = read_records(step_dir / "results-0.jsonl", TestResult)
+    batch = read_records(step_dir / "batch.jsonl", BatchEntry)
+    tasks = read_records(args.rl_tasks, Task)
+
+    gen = generation_floor(args.policy, trajectories)
+    tests = tests_floor(tasks, trajectories, args.workers)
+    update = update_floor(args.policy, trajectories, batch, args.minibatch_size)
+    floor_s = gen["seconds"] + tests["seconds"] + update["seconds"]
+    report["load_after_floor"] = _load()
+
+    m = inproc["metrics"]
+    tokens = sum(t.n_response_tokens for t in trajectories)
+    stages = breakdown(m, inproc["wall_s"])
+    report["in_process"] = {
+        "wall_s": inproc["wall_s"],
+        "stages_s": stages,
+        "rollout_tokens_per_s": tokens / stages["rollout"],
+        "sandbox_evaluations_per_s": len(results) / stages["sandbox"],
+        "update_tokens_per_s": update["tokens"] / stages["train"] if stages["train"] else 0.0,
+        "step_over_floor": inproc["wall_s"] / floor_s,
+        "resolved_rate": m.get("rollout/resolved_rate"),
+        "trajectories": len(trajectories),
+        "trained_on": len(batch),
+    }
+    report["floor"] = {
+        "seconds": floor_s,
+        "generation": gen | {"tokens_per_s": gen["tokens"] / gen["seconds"]},
+        "tests": tests | {"evaluations_per_s": tests["evaluations"] / tests["seconds"]},
+        "update": update | {"tokens_per_s": update["tokens"] / update["seconds"]},
+    }
+    if not args.skip_kfp:
+        kfp = run_kfp(args, work, args.policy, args.rl_tasks)
+        report["load_after_kfp"] = _load()
+        report["kfp_local"] = {
+            "wall_s": kfp["wall_s"],
+            "stages_s": breakdown(kfp["metrics"], kfp["wall_s"]),
+            "orchestration_share": kfp["overhead_share"],
+            "step_over_floor": kfp["wall_s"] / floor_s,
+            "task_walls_s": kfp["task_walls_s"],
+            "startup_probe_s": {
+                "python + kfp executor": import_seconds("import kfp.dsl.executor_main"),
+                "+ gagar.pipeline.store_stages": import_seconds(
+                    "import kfp.dsl.executor_main, gagar.pipeline.store_stages"
+                ),
+                "+ torch, transformers (rollout, train)": import_seconds(
+                    "import kfp.dsl.executor_main, gagar.pipeline.store_stages, torch, transformers"
+                ),
+            },
+        }
+    print_report(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+def print_report(r: dict[str, Any]) -> None:
+    s, f, ip = r["settings"], r["floor"], r["in_process"]
+    print(f"RL step: {s['tasks']} tasks x {s['group_size']} samples on {s['cores']} cores")
+    print(f"{'stage':16} {'gagar train':>12} {'gagar run':>12} {'floor':>9}   rates (step / floor)")
+    kfp = r.get("kfp_local", {}).get("stages_s", {})
+    floors = {
+        "rollout": f["generation"]["seconds"],
+        "sandbox": f["tests"]["seconds"],
+        "train": f["update"]["seconds"],
+    }
+    rates = {
+        "rollout": f"{ip['rollout_tokens_per_s']:.0f} / {f['generation']['tokens_per_s']:.0f} tokens/s",
+        "sandbox": f"{ip['sandbox_evaluations_per_s']:.2f} / {f['tests']['evaluations_per_s']:.2f} evals/s",
+        "train": f"{ip['update_tokens_per_s']:.0f} / {f['update']['tokens_per_s']:.0f} tokens/s",
+    }
+    for name in (*STAGES, "io_and_startup"):
+        floor = floors.get(name)
+        kfp_s = f"{kfp[name]:12.1f}" if name in kfp else f"{'-':>12}"
+        floor_s = f"{floor:9.1f}" if floor is not None else f"{'-':>9}"
+        print(f"{name:16} {ip['stages_s'][name]:12.1f} {kfp_s} {floor_s}   {rates.get(name, '')}")
+    total_kfp = f"{r['kfp_local']['wall_s']:12.1f}" if "kfp_local" in r else f"{'-':>12}"
+    print(f"{'step':16} {ip['wall_s']:12.1f} {total_kfp} {f['seconds']:9.1f}")
+    same = "same tokens" if f["generation"]["same_tokens"] else "NOT the same tokens"
+    gen, runs = f["generation"]["tokens"], f["tests"]["evaluations"]
+    print(f"floor generation: {gen:.0f} tokens ({same}); tests: {runs:.0f} bare pytest runs")
+    ratio, wall = ip["step_over_floor"], ip["wall_s"]
+    print(f"gagar train: step / floor = {ratio:.2f} (target <= 2), step {wall:.1f} s (target <= 15)")
+    if "kfp_local" in r:
+        k = r["kfp_local"]
+        print(
+            f"gagar run (kfp.local): step / floor = {k['step_over_floor']:.2f}, "
+            f"orchestration {k['orchestration_share']:.0%} of the step (target <= 10%)"
+        )
+    if "kfp_local" in r:
+        k = r["kfp_local"]
+        own = {name: k["stages_s"].get(name, 0.0) for name in k["task_walls_s"]}
+        tasks = ", ".join(f"{n} {w:.1f} s ({w - own[n]:.1f} outside)" for n, w in k["task_walls_s"].items())
+        print(f"kfp.local tasks: {tasks}")
+        probe = ", ".join(f"{n} {v:.2f} s" for n, v in k["startup_probe_s"].items())
+        print(f"a task's start-up: {probe}")
+    print(f"load average: before {r['load_before']}, after {r.get('load_after_kfp', r['load_after_floor'])}")
+
+
+if __name__ == "__main__":
+    main()
