@@ -36,6 +36,7 @@ from gagar.schema.trajectory import Trajectory
 if TYPE_CHECKING:
     from gagar.grader.run import GraderKind
     from gagar.sandbox.runner import BackendName
+    from gagar.train.distributed import Strategy
     from gagar.train.lora import LoraSettings
     from gagar.train.update import OptimConfig
 
@@ -235,8 +236,12 @@ def train_stage(
     keep_last: int = 3,
     lora: LoraSettings | None = None,
     policy_version: str | None = None,
+    strategy: Strategy | str = "ddp",
 ) -> dict[str, float]:
     """One policy update on the train batch; writes checkpoint ``step-N`` (model, optimizer, RNG) atomically.
+
+    Under ``torchrun`` every process calls this alike: a data-parallel update (``strategy`` ddp or
+    fsdp) equal to one process's, the checkpoint written by rank 0.
 
     The optimizer state continues from the latest checkpoint under ``checkpoints`` when there is
     one; the weights come from ``policy`` (the directory the step's rollouts were sampled from);
@@ -244,6 +249,7 @@ def train_stage(
     ``lora`` trains an adapter instead of every weight; ``policy_version``, when set, is the
     version every trajectory must have been sampled by. See :func:`gagar.train.update.run_update`.
     """
+    from gagar.train.distributed import Strategy
     from gagar.train.update import run_update
 
     return run_update(
@@ -258,4 +264,5 @@ def train_stage(
         keep_last=keep_last,
         lora=lora,
         policy_version=policy_version,
+        strategy=Strategy(strategy),
     )

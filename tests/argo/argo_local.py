@@ -1,11 +1,12 @@
 """Run a compiled Argo Workflow on this machine the way Argo would, one container command per DAG task.
 
-What the controller and executor do, reduced to what the GAGAR workflow uses: resolve the task's
-arguments (``{{workflow.parameters.*}}``, ``{{tasks.T.outputs.*}}``) and the template's
-``{{inputs.parameters.*}}``, place input artifacts at their paths, resolve the container's
-``env`` from the given Secrets and ConfigMaps, run the container's command and collect the
-outputs from their paths. The pod's ``/tmp/gagar`` is a directory of its own per task. Images,
-security contexts and retries are the cluster's business.
+What the controller and executor do, reduced to what the GAGAR workflow uses: order the tasks by
+their ``depends`` expressions (a task whose expression is false is Omitted, one whose ``when`` is
+false is Skipped, as Argo marks them), resolve the task's arguments (``{{workflow.parameters.*}}``,
+``{{tasks.T.outputs.*}}``) and the template's ``{{inputs.parameters.*}}``, place input artifacts at
+their paths, resolve the container's ``env`` from the given Secrets and ConfigMaps, run the
+container's command and collect the outputs from their paths. The pod's ``/tmp/gagar`` is a
+directory of its own per task. Images, security contexts and retries are the cluster's business.
 
 :func:`run_subprocess` runs each command as a process of its own (``python`` is this interpreter);
 :func:`run_in_process` imports the ``python -m`` module once and calls its ``main(argv)`` under the
@@ -61,6 +62,34 @@ class TaskRun:
 
     parameters: dict[str, str] = field(default_factory=dict)
     artifacts: dict[str, Path] = field(default_factory=dict)
+    phase: str = "Succeeded"
+    """Succeeded, Skipped (its ``when`` was false) or Omitted (its ``depends`` was false)."""
+
+
+_TERM = re.compile(r"([A-Za-z0-9-]+)(?:\.([A-Za-z]+))?")
+
+
+def _depends_on(task: dict[str, Any]) -> set[str]:
+    return {m.group(1) for m in _TERM.finditer(task.get("depends", ""))}
+
+
+def _depends_holds(expression: str, runs: dict[str, TaskRun]) -> bool:
+    """Argo's ``depends``: ``A`` is ``A.Succeeded || A.Skipped || A.Daemoned``; ``&&``, ``||``, ``!``."""
+
+    def term(match: re.Match[str]) -> str:
+        name, phase = match.group(1), match.group(2)
+        got = runs[name].phase
+        return str(got in ("Succeeded", "Skipped") if phase is None else got == phase)
+
+    python = _TERM.sub(term, expression).replace("&&", " and ").replace("||", " or ").replace("!", " not ")
+    return bool(eval(python, {"__builtins__": {}}))  # only True/False/and/or/not
+
+
+def _when_holds(expression: str, scope: dict[str, str]) -> bool:
+    """Argo's ``when`` as the workflow uses it: ``LEFT == RIGHT`` after substitution."""
+    left, op, right = _substitute(expression, scope).partition("==")
+    assert op, f"unsupported when {expression!r}"
+    return left.strip() == right.strip()
 
 
 def _substitute(text: str, scope: dict[str, str]) -> str:
@@ -148,8 +177,14 @@ def run_workflow(
     pending = list(templates[spec["entrypoint"]]["dag"]["tasks"])
     runs: dict[str, TaskRun] = {}
     while pending:
-        task = next(t for t in pending if all(d in runs for d in t.get("dependencies", [])))
+        task = next(t for t in pending if _depends_on(t) <= set(runs))
         pending.remove(task)
+        if "depends" in task and not _depends_holds(task["depends"], runs):
+            runs[task["name"]] = TaskRun(phase="Omitted")
+            continue
+        if "when" in task and not _when_holds(task["when"], scope):
+            runs[task["name"]] = TaskRun(phase="Skipped")
+            continue
         runs[task["name"]] = cluster.run(task, templates[task["template"]], scope, runs)
         scope |= {
             f"tasks.{task['name']}.outputs.parameters.{k}": v

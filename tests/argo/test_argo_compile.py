@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from gagar.pipeline.argo import (
 )
 from gagar.pipeline.argo_models import ArgoSchemaError, pod_manifests, to_manifest, to_model, validate_pods
 from gagar.pipeline.build import compile_pipeline
-from gagar.pipeline.graph import PARAMETERS, RL_STEP
+from gagar.pipeline.graph import DEFAULT_MAX_GEN_BATCHES, PARAMETERS, RL_STEP, generation_stages
 from gagar.pipeline.images import STAGES, stage_image
 from gagar.pipeline.platform import PlatformOptions
 
@@ -57,17 +58,84 @@ def test_one_template_per_stage_in_its_image(two_steps: dict[str, Any]) -> None:
 
 def test_dag_chains_steps_like_the_kfp_pipeline(two_steps: dict[str, Any]) -> None:
     tasks = {t["name"]: t for t in templates(two_steps)["rl"]["dag"]["tasks"]}
-    assert set(tasks) == {f"{s.name}-{i}" for s in RL_STEP for i in (0, 1)}
-    assert "dependencies" not in tasks["prepare-0"]
-    assert tasks["prepare-1"]["dependencies"] == ["train-0"]
-    assert tasks["train-1"]["dependencies"] == sorted(
-        {"prepare-1", "rollout-1", "sandbox-1", "grade-1", "redistribute-1"}
-    )
-    sandbox = tasks["sandbox-1"]["arguments"]
-    assert {"name": "trajectories", "from": "{{tasks.rollout-1.outputs.artifacts.trajectories}}"} in sandbox[
-        "artifacts"
-    ]
+    per_batch = {s.name for s in generation_stages()}
+    assert set(tasks) == {
+        name
+        for s in RL_STEP
+        for i in (0, 1)
+        for name in (
+            [f"{s.name}-{i}-{b}" for b in range(DEFAULT_MAX_GEN_BATCHES)]
+            if s.name in per_batch
+            else [f"{s.name}-{i}"]
+        )
+    }
+    assert "depends" not in tasks["prepare-0"]
+    assert tasks["prepare-1"]["depends"] == "train-0"
+    assert tasks["train-1"]["depends"] == "prepare-1 && select-1 && grade-1 && redistribute-1"
+    sandbox = tasks["sandbox-1-1"]["arguments"]
+    assert {
+        "name": "trajectories",
+        "from": "{{tasks.rollout-1-1.outputs.artifacts.trajectories}}",
+    } in sandbox["artifacts"]
     assert {"name": "backend", "value": "{{workflow.parameters.sandbox_backend}}"} in sandbox["parameters"]
+    assert {"name": "gen_batch", "value": "1"} in tasks["rollout-1-1"]["arguments"]["parameters"]
+
+
+def test_refill_draws_batch_b_only_when_batch_b_minus_1_was_short(two_steps: dict[str, Any]) -> None:
+    tasks = {t["name"]: t for t in templates(two_steps)["rl"]["dag"]["tasks"]}
+    assert "when" not in tasks["rollout-0-0"]
+    for b in range(1, DEFAULT_MAX_GEN_BATCHES):
+        rollout = tasks[f"rollout-0-{b}"]
+        assert rollout["when"] == f"{{{{tasks.gather-0-{b - 1}.outputs.parameters.short}}}} == true"
+        assert f"gather-0-{b - 1}.Succeeded" in rollout["depends"]
+        # a skipped rollout omits the rest of its batch (Succeeded, not the bare name that a skip satisfies)
+        assert f"rollout-0-{b}.Succeeded" in tasks[f"sandbox-0-{b}"]["depends"]
+        assert (
+            f"(gather-0-{b}.Succeeded || gather-0-{b}.Skipped || gather-0-{b}.Omitted)"
+            in (tasks["select-0"]["depends"])
+        )
+
+
+def _kfp_tasks(spec: dict[str, Any]) -> dict[str, tuple[set[str], str | None]]:
+    """The compiled KFP pipeline's component tasks named as the Argo tasks are (``rollout-<step>-<batch>``):
+    each one's upstream tasks (a generation sub-pipeline stands for its gathers) and its refill condition."""
+    components = spec["components"]
+    found: dict[str, tuple[set[str], str | None]] = {}
+
+    def walk(dag: dict[str, Any], rename: Any, condition: str | None) -> None:
+        for task in dag["tasks"].values():
+            ref = components[task["componentRef"]["name"]]
+            if "dag" in ref:
+                inner = task.get("triggerPolicy", {}).get("condition")
+                walk(ref["dag"], rename, inner.split("--")[1].split("'")[0] if inner else condition)
+                continue
+            upstream = {rename(dag["tasks"][d]["taskInfo"]["name"]) for d in task.get("dependentTasks", [])}
+            found[rename(task["taskInfo"]["name"])] = (upstream, condition)
+
+    for task in spec["root"]["dag"]["tasks"].values():
+        name = task["taskInfo"]["name"]
+        if not name.startswith("generation-"):
+            continue
+        step = name.rpartition("-")[2]
+        walk(
+            components[task["componentRef"]["name"]]["dag"],
+            lambda n, s=step: "-".join([*n.split("-")[:1], s, n.split("-")[1]]),
+            None,
+        )
+    gathers = {n for n in found if n.startswith("gather-")}
+    for task in spec["root"]["dag"]["tasks"].values():
+        name = task["taskInfo"]["name"]
+        if name.startswith("generation-"):
+            continue
+        upstream = set()
+        for d in task.get("dependentTasks", []):
+            dep = spec["root"]["dag"]["tasks"][d]["taskInfo"]["name"]
+            step = dep.rpartition("-")[2]
+            upstream |= (
+                {g for g in gathers if g.split("-")[1] == step} if dep.startswith("generation-") else {dep}
+            )
+        found[name] = (upstream, None)
+    return found
 
 
 def test_dag_is_the_kfp_pipelines_task_for_task(tmp_path: Path) -> None:
@@ -76,14 +144,23 @@ def test_dag_is_the_kfp_pipelines_task_for_task(tmp_path: Path) -> None:
         for d in yaml.safe_load_all(compile_pipeline("rl", tmp_path / "rl.yaml", steps_per_run=2).read_text())
         if d and "root" in d
     )
-    kfp_tasks = kfp_spec["root"]["dag"]["tasks"]
-    display = {key: task["taskInfo"]["name"] for key, task in kfp_tasks.items()}
-    kfp = {
-        display[key]: sorted(display[d] for d in task.get("dependentTasks", []))
-        for key, task in kfp_tasks.items()
-    }
-    argo = {t["name"]: t.get("dependencies", []) for t in templates(build_workflow(2))["rl"]["dag"]["tasks"]}
-    assert argo == kfp
+    kfp = _kfp_tasks(kfp_spec)
+    argo: dict[str, tuple[set[str], str | None]] = {}
+    for task in templates(build_workflow(2))["rl"]["dag"]["tasks"]:
+        names = {m.group(1) for m in re.finditer(r"([a-z]+-\d+(?:-\d+)?)", task.get("depends", ""))}
+        when = re.match(r"\{\{tasks\.([a-z]+-\d+-\d+)\.", task.get("when", ""))
+        argo[task["name"]] = (names, when.group(1) if when else None)
+    assert set(argo) == set(kfp)
+    for name, (upstream, _) in kfp.items():
+        # KFP passes a sub-pipeline's inputs (prepare's outputs) without a task edge inside it, and a
+        # refill condition's source gather is an edge of the condition group: Argo lists both
+        argo_upstream, argo_condition = argo[name]
+        assert upstream <= argo_upstream, name
+        assert argo_upstream - upstream <= {f"prepare-{name.split('-')[1]}", argo_condition}, name
+    for name, (_, condition) in argo.items():
+        if condition is not None:  # KFP nests the batch in the condition: every task of it has one
+            assert kfp[name][1] is not None, name
+            assert kfp[name][1].startswith("gather"), name
 
 
 def test_parameters_are_the_kfp_pipelines_with_the_same_defaults(tmp_path: Path) -> None:
@@ -200,7 +277,7 @@ def test_round_trip_through_the_sdk_models_and_pod_schemas(kind: str) -> None:
 def test_schema_checks_catch_what_they_should() -> None:
     unknown = build_workflow()
     templates(unknown)["train"]["retries"] = 3
-    with pytest.raises(ArgoSchemaError, match=r"spec\.templates\[6\]\.retries"):
+    with pytest.raises(ArgoSchemaError, match=rf"spec\.templates\[{len(RL_STEP)}\]\.retries"):
         to_model(unknown)
     mistyped = build_cron_workflow(DEFAULT_SCHEDULE)
     mistyped["spec"]["startingDeadlineSeconds"] = "soon"
@@ -243,9 +320,8 @@ def test_cli_compiles_workflow_and_cron_workflow(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     manifest = yaml.safe_load(cron.read_text())
     assert manifest["kind"] == "CronWorkflow"
-    assert {"name": "storage", "value": "s3://b/run"} in manifest["spec"]["workflowSpec"]["arguments"][
-        "parameters"
-    ]
+    given = {p["name"]: p.get("value") for p in manifest["spec"]["workflowSpec"]["arguments"]["parameters"]}
+    assert given["storage"] == "s3://b/run"
     assert "artifactRepositoryRef" not in manifest["spec"]["workflowSpec"]
     for bad, message in (
         (["--schedule", "0 0 3 * * *"], "5-field cron"),

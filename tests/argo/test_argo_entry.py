@@ -11,7 +11,6 @@ import pytest
 from argo_local import run_in_process, run_subprocess, run_workflow
 
 from fixtures.services import S3RVER_KEY, S3rver
-from gagar import rl_step
 from gagar.pipeline import store
 from gagar.pipeline.argo import build_workflow
 from gagar.pipeline.argo_entry import convert, main, parse_arguments
@@ -83,20 +82,17 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
     s3rver: S3rver,
     s3_bucket: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every task runs its container command (``python -m gagar.pipeline.argo_entry``'s ``main``,
     in process to spare a torch import per task), the store on s3rver, the credentials and
-    endpoint coming from the Secret and ConfigMap the templates reference. Dynamic sampling runs
-    once in the step."""
+    endpoint coming from the Secret and ConfigMap the templates reference. The untrained policy
+    solves nothing, so no group is mixed and each batch's gather asks for a refill: the step draws
+    all its ``max_gen_batches`` batches."""
     policy, tasks = tiny_inputs
-    selections: list[int] = []
-    select = rl_step.select
-    monkeypatch.setattr(rl_step, "select", lambda *a, **k: selections.append(1) or select(*a, **k))
     s3_store(s3rver, s3_bucket).put_file("inputs/tasks.jsonl", tasks)
     storage = f"s3://{s3_bucket}/run"
     runs = run_workflow(
-        build_workflow(1),
+        build_workflow(1, max_gen_batches=2),
         {
             "model": str(policy),
             "tasks": f"s3://{s3_bucket}/inputs/tasks.jsonl",
@@ -120,23 +116,26 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
         },
     )
     assert runs["prepare-0"].parameters == {"step": "0", "policy": str(policy)}
-    assert len(runs["rollout-0"].artifacts["trajectories"].read_text().splitlines()) == 4
-    sandbox = json.loads(runs["sandbox-0"].artifacts["metrics"].read_text())
+    assert len(runs["rollout-0-0"].artifacts["trajectories"].read_text().splitlines()) == 4
+    sandbox = json.loads(runs["sandbox-0-0"].artifacts["metrics"].read_text())
     assert sandbox["sandbox/evaluations"] == 4.0
+    assert runs["gather-0-0"].parameters == {"short": "true"}
+    assert runs["rollout-0-1"].phase == "Succeeded"  # the refill
+    assert len(runs["select-0"].artifacts["trajectories"].read_text().splitlines()) == 8
     assert "## RL step 0" in runs["train-0"].artifacts["summary"].read_text()
     assert "Credit redistribution" in runs["redistribute-0"].artifacts["credit"].read_text()
-    assert len(selections) == 1
 
     run = s3_store(s3rver, s3_bucket, "run")
     assert store.latest_step(run) == 0
     step = json.loads(run.get_bytes("metrics/step-000000.json"))
-    assert step["rollout/trajectories"] == 4.0
-    assert step["sandbox/evaluations"] == 4.0
+    assert step["rollout/trajectories"] == 8.0
+    assert step["sandbox/evaluations"] == 8.0
+    assert step["sampling/gen_batches"] == 2.0
 
 
 def test_entry_point_runs_as_a_module(tmp_path: Path) -> None:
     command = ["python", "-m", "gagar.pipeline.argo_entry", "grade", "--io-root", str(tmp_path), "algo=grpo"]
     code, stderr = run_subprocess(command, dict(os.environ))
     assert code == 2
-    missing = "endpoint, grader, grader_model, max_steps, position_guard, train_batch_groups"
+    missing = "endpoint, grader, grader_model, max_steps, position_guard"
     assert f"missing arguments {missing}" in stderr

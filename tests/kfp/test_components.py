@@ -215,7 +215,8 @@ def _check_rollout(trajectories: Path, metrics: dict[str, float]) -> None:
 def test_rollout_called_directly(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
     trajectories, metrics = _out(tmp_path, "trajectories"), _out(tmp_path, "metrics", Metrics)
     component("rollout").python_func(
-        policy=str(policy), step=0, tasks=_dataset(records["tasks"]), trajectories=trajectories,
+        policy=str(policy), step=0, storage=str(tmp_path / "store"), tasks=_dataset(records["tasks"]),
+        trajectories=trajectories,
         metrics=metrics, groups=1, group_size=2, max_new_tokens=8,
     )  # fmt: skip
     _check_rollout(Path(trajectories.path), metrics.metadata)
@@ -225,6 +226,7 @@ def test_rollout_called_directly(tmp_path: Path, records: dict[str, Path], polic
 def test_rollout_through_kfp_local(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
     run = run_alone(
         "rollout", tmp_path / "root", {"tasks": records["tasks"]}, policy=str(policy), step=0,
+        storage=str(tmp_path / "store"),
         groups=1, group_size=2, max_new_tokens=8,
     )  # fmt: skip
     _check_rollout(run.task / "trajectories", run.metrics())
@@ -272,32 +274,102 @@ def test_evaluate_through_kfp_local(tmp_path: Path, records: dict[str, Path]) ->
     assert run.metrics()["eval/pass_at_1"] == pytest.approx(2 / 6)
 
 
+# --------------------------------------------------------------------------- gather and select
+
+BATCH_METRICS = {
+    "rollout_metrics": {"rollout/trajectories": 6.0, "perf/rollout_s": 1.5},
+    "sandbox_metrics": {"sandbox/evaluations": 6.0, "perf/sandbox_s": 2.5},
+}
+
+
+def _check_gathered(storage: Path, short: bool) -> None:
+    assert short  # one mixed group kept of the two the train batch wants: draw another batch
+    batch = storage / "generation" / "step-000000" / "batch-0"
+    assert sorted(p.name for p in batch.iterdir()) == ["metrics.json", "results.jsonl", "trajectories.jsonl"]
+
+
+def test_gather_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+    metrics = {name: Metrics(uri=str(tmp_path / name), metadata=v) for name, v in BATCH_METRICS.items()}
+    short = component("gather").python_func(
+        storage=str(tmp_path / "store"), step=0, gen_batch=0, trajectories=_dataset(records["trajectories"]),
+        results=_dataset(records["results"]), train_batch_groups=2, **metrics,
+    )  # fmt: skip
+    _check_gathered(tmp_path / "store", short)
+    full = component("gather").python_func(
+        storage=str(tmp_path / "store"), step=0, gen_batch=0, trajectories=_dataset(records["trajectories"]),
+        results=_dataset(records["results"]), train_batch_groups=1, **metrics,
+    )  # fmt: skip
+    assert not full
+
+
+def test_gather_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
+    files = {name: records[name] for name in ("trajectories", "results")}
+    run = run_alone(
+        "gather", tmp_path / "root", files, BATCH_METRICS, storage=str(tmp_path / "store"), step=0,
+        gen_batch=0, train_batch_groups=2,
+    )  # fmt: skip
+    _check_gathered(tmp_path / "store", run.executor_output["parameterValues"]["Output"])
+
+
+@pytest.fixture
+def gathered(tmp_path: Path, records: dict[str, Path]) -> Path:
+    """A store holding the records' generation batch as batch 0 of step 0."""
+    from gagar.pipeline import store
+
+    storage = tmp_path / "store"
+    store.put_generation_batch(
+        str(storage), 0, 0, records["trajectories"], records["results"],
+        {**BATCH_METRICS["rollout_metrics"], **BATCH_METRICS["sandbox_metrics"]},
+    )  # fmt: skip
+    return storage
+
+
+def _check_selected(trajectories: Path, results: Path, selection: Path, metrics: dict[str, float]) -> None:
+    assert len(read_records(trajectories, Trajectory)) == len(read_records(results, TestResult)) == 6
+    (kept,) = read_records(selection, KeptBatch)
+    assert [k.trajectory_id for k in kept.kept] == ["a/0", "a/1", "a/2"]
+    assert metrics["sampling/dropped/all_fail"] == 1.0
+    assert metrics["sampling/gen_batches"] == 1.0
+    assert metrics["sandbox/evaluations"] == metrics["rollout/trajectories"] == 6.0
+    assert (metrics["perf/rollout_s"], metrics["perf/sandbox_s"]) == (1.5, 2.5)
+
+
+def test_select_called_directly(tmp_path: Path, gathered: Path) -> None:
+    outputs = {name: _out(tmp_path, name) for name in ("trajectories", "results", "selection")}
+    metrics = _out(tmp_path, "metrics", Metrics)
+    component("select").python_func(
+        storage=str(gathered), step=0, train_batch_groups=2, metrics=metrics, **outputs
+    )
+    _check_selected(*(Path(o.path) for o in outputs.values()), metrics.metadata)
+
+
+def test_select_through_kfp_local(tmp_path: Path, gathered: Path) -> None:
+    run = run_alone("select", tmp_path / "root", {}, storage=str(gathered), step=0, train_batch_groups=2)
+    _check_selected(*(run.task / n for n in ("trajectories", "results", "selection")), run.metrics())
+
+
 # --------------------------------------------------------------------------- grade
 
 
-def _check_grade(selection: Path, grades: Path, metrics: dict[str, float]) -> None:
-    (kept,) = read_records(selection, KeptBatch)
-    assert [k.trajectory_id for k in kept.kept] == ["a/0", "a/1", "a/2"]
-    assert kept.metrics["sampling/dropped/all_fail"] == 1.0
+def _check_grade(grades: Path, metrics: dict[str, float]) -> None:
     assert [g.group_id for g in read_records(grades, Grade)] == ["a"]  # the kept group only
     assert metrics["grader/groups"] == 1.0
 
 
 def test_grade_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
-    selection, grades = _out(tmp_path, "selection"), _out(tmp_path, "grades")
-    metrics = _out(tmp_path, "metrics", Metrics)
+    grades, metrics = _out(tmp_path, "grades"), _out(tmp_path, "metrics", Metrics)
     component("grade").python_func(
         tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]),
-        results=_dataset(records["results"]), selection=selection, grades=grades, metrics=metrics,
-        train_batch_groups=2,
+        results=_dataset(records["results"]), selection=_dataset(records["selection"]), grades=grades,
+        metrics=metrics,
     )  # fmt: skip
-    _check_grade(Path(selection.path), Path(grades.path), metrics.metadata)
+    _check_grade(Path(grades.path), metrics.metadata)
 
 
 def test_grade_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
-    files = {name: records[name] for name in ("tasks", "trajectories", "results")}
-    run = run_alone("grade", tmp_path / "root", files, train_batch_groups=2)
-    _check_grade(run.task / "selection", run.task / "grades", run.metrics())
+    files = {name: records[name] for name in ("tasks", "trajectories", "results", "selection")}
+    run = run_alone("grade", tmp_path / "root", files)
+    _check_grade(run.task / "grades", run.metrics())
 
 
 # --------------------------------------------------------------------------- redistribute
@@ -332,8 +404,7 @@ def test_redistribute_through_kfp_local(tmp_path: Path, records: dict[str, Path]
 # --------------------------------------------------------------------------- train
 
 UPSTREAM = {
-    "rollout_metrics": {"rollout/trajectories": 2.0},
-    "sandbox_metrics": {"sandbox/evaluations": 2.0},
+    "select_metrics": {"rollout/trajectories": 2.0, "sandbox/evaluations": 2.0},
     "grade_metrics": {"grader/skipped": 1.0},
     "redistribute_metrics": {"sampling/groups_kept": 1.0},
 }
@@ -352,7 +423,7 @@ def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], po
     upstream = {name: Metrics(uri=str(tmp_path / name), metadata=values) for name, values in UPSTREAM.items()}
     files = {name: _dataset(train_inputs[name]) for name in ("trajectories", "results", "grades", "batch")}
     component("train").python_func(
-        storage=str(tmp_path / "store"), policy=str(policy), step=0, **files, **upstream,
+        storage=str(tmp_path / "store"), model=str(policy), policy=str(policy), step=0, **files, **upstream,
         metrics=metrics, summary=summary, minibatch_size=2,
     )  # fmt: skip
     _check_trained(tmp_path / "store", metrics.metadata)
@@ -363,7 +434,8 @@ def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], po
 def test_train_through_kfp_local(tmp_path: Path, train_inputs: dict[str, Path], policy: Path) -> None:
     files = {name: train_inputs[name] for name in ("trajectories", "results", "grades", "batch")}
     run = run_alone(
-        "train", tmp_path / "root", files, UPSTREAM, storage=str(tmp_path / "store"), policy=str(policy),
+        "train", tmp_path / "root", files, UPSTREAM, storage=str(tmp_path / "store"), model=str(policy),
+        policy=str(policy),
         step=0, minibatch_size=2,
     )  # fmt: skip
     _check_trained(tmp_path / "store", run.metrics())

@@ -69,7 +69,11 @@ def test_steps_are_chained_train_before_the_next_prepare(rl_two_steps: Path) -> 
         t["cachingOptions"] == {} or not t["cachingOptions"].get("enableCache") for t in tasks.values()
     )
     assert "retryPolicy" not in tasks[names["train-0"]]  # train publishes a checkpoint: never retried
-    assert tasks[names["rollout-0"]]["retryPolicy"]["maxRetryCount"] == 2
+    generation = spec["components"][tasks[names["generation-0"]]["componentRef"]["name"]]["dag"]["tasks"]
+    rollout = next(t for t in generation.values() if t["taskInfo"]["name"] == "rollout-0")
+    assert rollout["retryPolicy"]["maxRetryCount"] == 2
+    assert tasks[names["generation-0"]]["dependentTasks"] == [names["prepare-0"]]
+    assert names["generation-0"] in tasks[names["select-0"]]["dependentTasks"]  # waits for every batch drawn
 
 
 def test_platform_settings_are_compiled(rl_two_steps: Path) -> None:

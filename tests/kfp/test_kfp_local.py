@@ -1,4 +1,4 @@
-"""The RL pipeline end to end through kfp.local: a tiny policy, two generated tasks, one step."""
+"""The RL pipeline end to end through kfp.local: a tiny policy, two generated tasks, two steps with refill."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return untrained_policy_and_tasks(tmp_path_factory.mktemp("inputs"))
 
 
-def test_one_rl_step_publishes_a_checkpoint_metrics_and_reports(
+def test_two_rl_steps_refill_publish_checkpoints_metrics_and_reports(
     inputs: tuple[Path, Path], tmp_path: Path
 ) -> None:
     policy, tasks = inputs
@@ -36,24 +36,30 @@ def test_one_rl_step_publishes_a_checkpoint_metrics_and_reports(
         "sandbox_backend": "local",
         "sandbox_workers": 2,
     }
-    result = run_local(arguments, out=tmp_path / "out", steps=1)
+    result = run_local(arguments, out=tmp_path / "out", steps=2, max_gen_batches=2)
 
-    assert [row["step"] for row in result.steps] == [0]
-    row = result.steps[0]
-    assert row["rollout/trajectories"] == 4.0
-    assert row["sandbox/evaluations"] == 4.0
-    assert all(key in row for key in STAGE_TIMERS)
+    assert [row["step"] for row in result.steps] == [0, 1]
+    for row in result.steps:
+        # the untrained policy solves nothing: batch 0 keeps no mixed group, so gather-0 asks for
+        # a refill and the step draws its second batch
+        assert row["sampling/gen_batches"] == 2.0
+        assert row["sampling/groups_generated"] == 4.0
+        assert row["rollout/trajectories"] == row["sandbox/evaluations"] == 8.0
+        assert row["sampling/batch_full"] == 0.0
+        assert all(key in row for key in STAGE_TIMERS)
     assert 0 < result.stage_s < result.wall_s
     assert 0 < result.overhead_share < 1
 
     # the next run resumes from the checkpoint this one published
     start = store.resolve_start(storage, str(policy))
-    assert start == store.StepStart(step=1, policy=f"{storage}/checkpoints/step-000000")
-    assert (Path(storage) / "checkpoints" / "step-000000" / "model" / "config.json").is_file()
+    assert start == store.StepStart(step=2, policy=f"{storage}/checkpoints/step-000001")
+    assert (Path(storage) / "checkpoints" / "step-000001" / "model" / "config.json").is_file()
 
     summaries = list(result.pipeline_root.rglob("summary"))
-    assert len(summaries) == 1
-    assert "## RL step 0" in summaries[0].read_text()
+    assert len(summaries) == 2
+    assert "## RL step 0" in "".join(s.read_text() for s in summaries)
     assert "Credit redistribution" in next(result.pipeline_root.rglob("credit")).read_text()
-    trajectories = next(result.pipeline_root.rglob("trajectories"))
-    assert len(trajectories.read_text().splitlines()) == 4
+    rollouts = [p for p in result.pipeline_root.rglob("trajectories") if "rollout" in str(p)]
+    assert len(rollouts) == 4  # two generation batches in each of two steps
+    selected = [p for p in result.pipeline_root.rglob("trajectories") if "select" in str(p)]
+    assert sorted(len(p.read_text().splitlines()) for p in selected) == [8, 8]

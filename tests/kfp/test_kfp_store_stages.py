@@ -56,29 +56,51 @@ def _counting_select(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _call_stage(
+    name: str,
+    root: Path,
+    produced: dict[tuple[str, str], Path],
+    given: dict[str, Any],
+    parameters: dict[str, Any],
+) -> dict[str, float]:
+    """Call stage ``name`` as both targets call it (the graph's names): inputs from earlier stages'
+    outputs (``produced``), else from ``given``; its output files under ``root/name``."""
+    spec = stage(name)
+    arguments: dict[str, Any] = {arg: parameters[p] for arg, p in spec.parameters}
+    for arg, source, output in spec.inputs:
+        found = produced.get((source, output))
+        arguments[arg] = str(found) if found is not None else given.get(arg, str(given.get(output)))
+    arguments |= {"gen_batch": given["gen_batch"]} if spec.takes_gen_batch else {}
+    for artifact in spec.artifacts:
+        if artifact != "metrics":
+            produced[(name, artifact)] = root / name / artifact
+            produced[(name, artifact)].parent.mkdir(exist_ok=True)
+            arguments[artifact] = str(produced[(name, artifact)])
+    return RL_STAGES[name](**arguments)
+
+
 @pytest.mark.parametrize("algo", ["gagar", "grpo"])
-def test_a_pipeline_step_selects_once_and_trains_on_what_it_graded(
+def test_a_pipeline_step_selects_in_select_and_trains_on_what_it_graded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
 ) -> None:
-    """The grade and redistribute stages, called as both targets call them (the graph's names),
-    run dynamic sampling once between them, and the batch is the in-process step's."""
-    given = one_generation_batch(tmp_path)
+    """Gather, select, grade and redistribute, called as both targets call them: grade and
+    redistribute run no dynamic sampling of their own, and the batch is the in-process step's."""
+    given: dict[str, Any] = {**one_generation_batch(tmp_path), "step": 0, "gen_batch": 0}
+    given |= {
+        "rollout_metrics": {"rollout/trajectories": 6.0},
+        "sandbox_metrics": {"sandbox/evaluations": 6.0},
+    }
     produced: dict[tuple[str, str], Path] = {}
-    calls = _counting_select(monkeypatch)
     metrics: dict[str, dict[str, float]] = {}
-    parameters = {p.name: p.default for p in PARAMETERS} | {"algo": algo, "train_batch_groups": 2}
+    parameters = {p.name: p.default for p in PARAMETERS}
+    parameters |= {"algo": algo, "train_batch_groups": 2, "storage": str(tmp_path / "store")}
+    gathered = _call_stage("gather", tmp_path, produced, given, parameters)
+    assert gathered.short  # one mixed group of the two wanted
+    metrics["select"] = _call_stage("select", tmp_path, produced, given, parameters)
+    calls = _counting_select(monkeypatch)
     for name in ("grade", "redistribute"):
-        spec = stage(name)
-        arguments: dict[str, Any] = {arg: parameters[p] for arg, p in spec.parameters}
-        for arg, source, output in spec.inputs:
-            arguments[arg] = str(produced.get((source, output), given.get(output)))
-        for artifact in spec.artifacts:
-            if artifact != "metrics":
-                produced[(name, artifact)] = tmp_path / name / artifact
-                produced[(name, artifact)].parent.mkdir(exist_ok=True)
-                arguments[artifact] = str(produced[(name, artifact)])
-        metrics[name] = RL_STAGES[name](**arguments)
-    assert len(calls) == 1
+        metrics[name] = _call_stage(name, tmp_path, produced, given, parameters)
+    assert not calls
 
     selection = rl_step.select(
         [rl_step.generation_batch(read_records(given["trajectories"], Trajectory),
@@ -95,6 +117,7 @@ def test_a_pipeline_step_selects_once_and_trains_on_what_it_graded(
         **selection.metrics,
         **expected_metrics,
     }
+    assert {k: v for k, v in metrics["select"].items() if k.startswith("sampling/")} == selection.metrics
     if algo == "gagar":
         assert metrics["grade"]["grader/groups"] == 1.0  # the mixed group only
     else:

@@ -20,6 +20,7 @@ from gagar.cli import (
 )
 from gagar.cli.synthesize import synthesize
 from gagar.cli.train import train
+from gagar.cli.train import update as train_update
 
 __all__ = ["app", "main"]
 
@@ -56,6 +57,7 @@ app.add_typer(policy.app, name="policy")
 app.command("rollout")(policy.rollout)
 app.command("grade")(grader.grade)
 app.command("train")(train)
+app.command("train-update")(train_update)
 app.command("run")(run.run)
 app.add_typer(pipeline.app, name="pipeline")
 app.command("schedule")(run.schedule)

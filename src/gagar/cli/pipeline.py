@@ -24,6 +24,9 @@ def compile_(
     pipeline: str = typer.Option("rl", "--pipeline", help="rl, grader-sft or evaluation (kfp only)."),
     target: str = typer.Option("kfp", "--target", help="kfp (Kubeflow Pipelines) or argo (Argo Workflows)."),
     steps_per_run: int = typer.Option(1, "--steps-per-run", min=1, help="RL steps each run (rl only)."),
+    max_gen_batches: int = typer.Option(
+        3, "--max-gen-batches", min=1, help="Generation batches a step may draw, refills included (rl only)."
+    ),
     image_registry: str = typer.Option(DEFAULT_REGISTRY, help="Registry of the stage images."),
     image_tag: str = typer.Option(__version__, help="Tag of the stage images."),
     store_secret: str = typer.Option(
@@ -88,14 +91,25 @@ def compile_(
             )
             cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
             manifest = compile_argo(
-                out, steps_per_run=steps_per_run, platform=options, argo=argo, schedule=cron
+                out,
+                steps_per_run=steps_per_run,
+                platform=options,
+                argo=argo,
+                schedule=cron,
+                max_gen_batches=max_gen_batches,
             )
         elif target == "kfp":
             if schedule or param:
                 raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
             from gagar.pipeline.build import compile_pipeline, executor_images
 
-            path = compile_pipeline(pipeline, out, steps_per_run=steps_per_run, options=options)
+            path = compile_pipeline(
+                pipeline,
+                out,
+                steps_per_run=steps_per_run,
+                options=options,
+                max_gen_batches=max_gen_batches if pipeline == "rl" else None,
+            )
         else:
             raise ValueError(f"unknown target {target!r}: choose kfp or argo")
     except ValueError as exc:

@@ -32,7 +32,12 @@ def run(
     grader: GraderKind = typer.Option(GraderKind.HEURISTIC, "--grader", help="Who ranks the passing ones."),
     group_size: int = typer.Option(4, "--group-size", min=2, help="Trajectories per task."),
     train_batch_groups: int = typer.Option(4, "--train-batch-groups", min=1, help="Groups trained on."),
-    gen_batch_groups: int = typer.Option(16, "--gen-batch-groups", min=1, help="Tasks sampled per step."),
+    gen_batch_groups: int = typer.Option(
+        16, "--gen-batch-groups", min=1, help="Tasks sampled per generation batch."
+    ),
+    max_gen_batches: int = typer.Option(
+        3, "--max-gen-batches", min=1, help="Generation batches a step may draw while its batch is short."
+    ),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="Longest answer."),
     seed: int = typer.Option(0, "--seed", help="Run seed."),
     pushgateway: str = typer.Option("", "--pushgateway", help="Pushgateway URL for the step metrics."),
@@ -66,7 +71,7 @@ def run(
         "sandbox_backend": "local",
         "pushgateway": pushgateway,
     }
-    result = run_local(arguments, out=out, steps=steps)
+    result = run_local(arguments, out=out, steps=steps, max_gen_batches=max_gen_batches)
     for row in result.steps:
         typer.echo(
             f"step {row['step']:.0f}: resolved rate {row.get('rollout/resolved_rate', 0.0):.3f}, "

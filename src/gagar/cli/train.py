@@ -65,3 +65,74 @@ def train(
         f"groups kept {last.get('sampling/groups_kept', 0):.0f}, credit moved "
         f"{last.get('credit/moved_ratio', 0.0):.1%}; curve in {Path(settings.run_dir) / 'training.png'}"
     )
+
+
+def update(
+    policy: str = typer.Option(
+        ..., "--policy", help="The policy the batch was sampled from (directory or store ref)."
+    ),
+    trajectories: list[str] = typer.Option(..., "--trajectories", help="Trajectories JSONL (repeatable)."),
+    batch: str = typer.Option(..., "--batch", help="Train batch JSONL."),
+    step: int = typer.Option(..., "--step", min=0, help="The RL step of this update."),
+    checkpoints: Path | None = typer.Option(
+        None, "--checkpoints", help="Checkpoint root (without --storage)."
+    ),
+    storage: str | None = typer.Option(
+        None, "--storage", help="Run store: fetch the inputs from it, publish checkpoint step-N to it."
+    ),
+    model: str | None = typer.Option(None, "--model", help="With --storage: the initial policy (LoRA base)."),
+    seed: int = typer.Option(0, "--seed", help="Run seed (minibatch order)."),
+    lr: float = typer.Option(2e-5, "--lr", help="AdamW learning rate."),
+    epochs: int = typer.Option(1, "--epochs", min=1, help="Passes over the batch."),
+    minibatch_size: int = typer.Option(
+        16, "--minibatch-size", min=1, help="Trajectories per optimizer step."
+    ),
+    keep_last: int = typer.Option(3, "--keep-last", min=1, help="Checkpoints kept (without --storage)."),
+    lora: bool = typer.Option(False, "--lora/--no-lora", help="Train a LoRA adapter."),
+    lora_rank: int = typer.Option(8, "--lora-rank", min=1, help="LoRA rank."),
+    lora_alpha: float = typer.Option(16.0, "--lora-alpha", help="LoRA alpha."),
+    strategy: str = typer.Option("ddp", "--strategy", help="ddp or fsdp (under torchrun)."),
+    policy_version: str | None = typer.Option(
+        None, "--policy-version", help="Refuse other versions' samples."
+    ),
+) -> None:
+    """One policy update on a train batch, writing checkpoint step-N; data-parallel under torchrun.
+
+    ``torchrun --nproc-per-node N -m gagar train-update ...`` runs it on N processes (gloo on CPU,
+    nccl on GPUs): the same loss and token-mean as one process, the checkpoint written by rank 0.
+    With --storage the inputs may be store URIs and rank 0 publishes the checkpoint there (what the
+    train stage's TrainJob runs).
+    """
+    import logging
+
+    from gagar.train.distributed import Strategy
+    from gagar.train.lora import LoraSettings
+    from gagar.train.update import OptimConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    optim = OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size)
+    settings = LoraSettings(enabled=lora, rank=lora_rank, alpha=lora_alpha)
+    try:
+        if storage is not None:
+            from gagar.pipeline.store_stages import update as update_in_store
+
+            if len(trajectories) != 1:
+                raise ValueError("with --storage give one --trajectories file")
+            metrics = update_in_store(
+                storage=storage, policy=policy, model=model or policy, trajectories=trajectories[0],
+                batch=batch, step=step, seed=seed, optim=optim, lora=settings, policy_version=policy_version,
+                strategy=Strategy(strategy),
+            )  # fmt: skip
+        else:
+            from gagar.stages import train_stage
+
+            if checkpoints is None:
+                raise ValueError("give --checkpoints (or --storage)")
+            metrics = train_stage(
+                policy=policy, trajectories=trajectories, batch=batch, checkpoints=checkpoints, step=step,
+                seed=seed, optim=optim, keep_last=keep_last, lora=settings, policy_version=policy_version,
+                strategy=Strategy(strategy),
+            )  # fmt: skip
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"step {step}: loss {metrics.get('loss/total', float('nan')):.6f}")

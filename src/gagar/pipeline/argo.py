@@ -1,15 +1,17 @@
 """The RL pipeline as an Argo Workflow or CronWorkflow, for clusters running Argo without KFP.
 
 Built from :data:`gagar.pipeline.graph.RL_STEP`, the stage list the KFP pipeline is built from:
-one container template per stage in that stage's image, running
-``python -m gagar.pipeline.argo_entry STAGE`` (the same :mod:`gagar.pipeline.store_stages` call as the KFP
+one container template per stage in that stage's image, running ``python -m
+gagar.pipeline.argo_entry STAGE`` (the same :mod:`gagar.pipeline.store_stages` call as the KFP
 component), and a DAG template chaining ``steps_per_run`` RL steps (step i+1's prepare after step
-i's train). The workflow's parameters are the KFP pipeline's (:data:`~gagar.pipeline.graph.PARAMETERS`);
-the stage artifacts go to the S3 artifact repository the workflow references; the options of
-:class:`~gagar.pipeline.platform.PlatformOptions` (images, GPUs, store credentials, settings, deadline,
-retries) mean what they mean for KFP. Every pod runs with the restricted Pod Security Standard's
-settings; the sandbox stage runs under the ServiceAccount allowed to create evaluation pods in the
-sandbox namespace.
+i's train). Each step's generation stages are unrolled ``max_gen_batches`` times: batch b+1's rollout
+runs ``when`` batch b's gather says the train batch is short, its later tasks are omitted otherwise,
+and select ``depends`` on every batch, drawn or not. The workflow's parameters are the KFP
+pipeline's (:data:`~gagar.pipeline.graph.PARAMETERS`); the stage artifacts go to the S3 artifact
+repository the workflow references; the options of :class:`~gagar.pipeline.platform.PlatformOptions`
+(images, GPUs, store credentials, settings, deadline, retries) mean what they mean for KFP. Every pod
+runs with the restricted Pod Security Standard's settings; the sandbox stage runs under the
+ServiceAccount allowed to create evaluation pods in the sandbox namespace.
 """
 
 from __future__ import annotations
@@ -24,7 +26,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from gagar.pipeline.argo_entry import IO_ROOT
-from gagar.pipeline.graph import PARAMETERS, RL_STEP, ParameterValue, Stage, stage
+from gagar.pipeline.graph import (
+    DEFAULT_MAX_GEN_BATCHES,
+    PARAMETERS,
+    REFILL,
+    RL_STEP,
+    ParameterValue,
+    Stage,
+    describe,
+    generation_stages,
+    stage,
+)
 from gagar.pipeline.images import stage_image
 from gagar.pipeline.platform import SETTINGS_KEYS, PlatformOptions
 
@@ -162,6 +174,7 @@ def _env(spec: Stage, platform: PlatformOptions) -> list[dict[str, Any]]:
 def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOptions) -> dict[str, Any]:
     """The template of one stage: a container in its image running ``argo_entry``."""
     values = [name for name, _ in spec.parameters] + list(spec.value_inputs)
+    values += ["gen_batch"] if spec.takes_gen_batch else []
     files = spec.artifact_inputs
     container: dict[str, Any] = {
         "name": "main",
@@ -206,25 +219,59 @@ def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOption
     return template
 
 
-def _dag_task(spec: Stage, index: int) -> dict[str, Any]:
-    """Step ``index``'s task of stage ``spec``: parameters from the workflow, inputs from earlier tasks."""
+def _task_name(spec: Stage, index: int, gen_batch: int | None) -> str:
+    return f"{spec.name}-{index}" if gen_batch is None else f"{spec.name}-{index}-{gen_batch}"
+
+
+def _source_task(source: str, index: int, gen_batch: int | None) -> str:
+    return _task_name(stage(source), index, gen_batch if stage(source).per_gen_batch else None)
+
+
+def _depends(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: int) -> str | None:
+    """Argo ``depends`` of a task: its inputs' tasks; a generation batch's tasks need the earlier
+    ones of their batch to have succeeded (not been skipped); select waits for every batch, drawn
+    or skipped."""
+    terms = []
+    for _, source, _ in spec.inputs:
+        name = _source_task(source, index, gen_batch)
+        term = f"{name}.Succeeded" if stage(source).per_gen_batch else name
+        if term not in terms:
+            terms.append(term)
+    if spec is generation_stages()[0] and gen_batch:
+        terms.append(f"{_task_name(stage(REFILL[0]), index, gen_batch - 1)}.Succeeded")
+    if spec.name == "select":
+        last = stage(REFILL[0])
+        terms.append(f"{_task_name(last, index, 0)}.Succeeded")
+        for b in range(1, max_gen_batches):
+            name = _task_name(last, index, b)
+            terms.append(f"({name}.Succeeded || {name}.Skipped || {name}.Omitted)")
+    if not spec.inputs and index > 0:
+        terms.append(f"{RL_STEP[-1].name}-{index - 1}")
+    unique = list(dict.fromkeys(terms))
+    return " && ".join(unique) if unique else None
+
+
+def _dag_task(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: int) -> dict[str, Any]:
+    """Step ``index``'s task of stage ``spec`` (of generation batch ``gen_batch`` for a per-batch
+    stage): parameters from the workflow, inputs from earlier tasks."""
     parameters = [{"name": n, "value": f"{{{{workflow.parameters.{p}}}}}"} for n, p in spec.parameters]
+    if spec.takes_gen_batch:
+        parameters.append({"name": "gen_batch", "value": str(gen_batch)})
     artifacts = []
     for name, source, output in spec.inputs:
+        task = _source_task(source, index, gen_batch)
         if stage(source).output_type(output) is None:
-            artifacts.append(
-                {"name": name, "from": f"{{{{tasks.{source}-{index}.outputs.artifacts.{output}}}}}"}
-            )
+            artifacts.append({"name": name, "from": f"{{{{tasks.{task}.outputs.artifacts.{output}}}}}"})
         else:
-            parameters.append(
-                {"name": name, "value": f"{{{{tasks.{source}-{index}.outputs.parameters.{output}}}}}"}
-            )
-    depends = sorted({f"{source}-{index}" for _, source, _ in spec.inputs})
-    if not spec.inputs and index > 0:
-        depends = [f"{RL_STEP[-1].name}-{index - 1}"]
-    task: dict[str, Any] = {"name": f"{spec.name}-{index}", "template": spec.name}
+            parameters.append({"name": name, "value": f"{{{{tasks.{task}.outputs.parameters.{output}}}}}"})
+    task: dict[str, Any] = {"name": _task_name(spec, index, gen_batch), "template": spec.name}
+    depends = _depends(spec, index, gen_batch, max_gen_batches)
     if depends:
-        task["dependencies"] = depends
+        task["depends"] = depends
+    if spec.per_gen_batch and gen_batch and spec is generation_stages()[0]:
+        source, output = REFILL
+        previous = _task_name(stage(source), index, gen_batch - 1)
+        task["when"] = f"{{{{tasks.{previous}.outputs.parameters.{output}}}}} == true"
     arguments: dict[str, Any] = {"parameters": parameters}
     if artifacts:
         arguments["artifacts"] = artifacts
@@ -232,15 +279,32 @@ def _dag_task(spec: Stage, index: int) -> dict[str, Any]:
     return task
 
 
-def _workflow_spec(steps_per_run: int, platform: PlatformOptions, argo: ArgoOptions) -> dict[str, Any]:
+def _step_tasks(index: int, max_gen_batches: int) -> list[dict[str, Any]]:
+    """Every task of RL step ``index``: the generation stages once per batch, unrolled."""
+    tasks = []
+    for spec in RL_STEP:
+        if not spec.per_gen_batch:
+            tasks.append(_dag_task(spec, index, None, max_gen_batches))
+        elif spec is generation_stages()[0]:
+            for b in range(max_gen_batches):
+                tasks += [_dag_task(s, index, b, max_gen_batches) for s in generation_stages()]
+    return tasks
+
+
+def _workflow_spec(
+    steps_per_run: int, platform: PlatformOptions, argo: ArgoOptions, max_gen_batches: int
+) -> dict[str, Any]:
     if steps_per_run < 1:
         raise ValueError(f"steps_per_run must be at least 1, got {steps_per_run}")
+    if max_gen_batches < 1:
+        raise ValueError(f"max_gen_batches must be at least 1, got {max_gen_batches}")
     given = dict(argo.parameters)
     arguments = []
     for p in PARAMETERS:
         value = given.get(p.name, None if p.default is None else format_value(p.default))
-        arguments.append({"name": p.name} if value is None else {"name": p.name, "value": value})
-    dag = [_dag_task(spec, i) for i in range(steps_per_run) for spec in RL_STEP]
+        entry: dict[str, Any] = {"name": p.name} if value is None else {"name": p.name, "value": value}
+        arguments.append(entry | {"description": describe(p)})
+    dag = [task for i in range(steps_per_run) for task in _step_tasks(i, max_gen_batches)]
     spec: dict[str, Any] = {
         "entrypoint": "rl",
         "arguments": {"parameters": arguments},
@@ -270,7 +334,10 @@ def _metadata(argo: ArgoOptions, *, generate: bool) -> dict[str, Any]:
 
 
 def build_workflow(
-    steps_per_run: int = 1, platform: PlatformOptions | None = None, argo: ArgoOptions | None = None
+    steps_per_run: int = 1,
+    platform: PlatformOptions | None = None,
+    argo: ArgoOptions | None = None,
+    max_gen_batches: int = DEFAULT_MAX_GEN_BATCHES,
 ) -> dict[str, Any]:
     """The RL pipeline as a Workflow manifest (``argo submit`` / ``kubectl create`` it)."""
     argo = argo or ArgoOptions()
@@ -278,7 +345,7 @@ def build_workflow(
         "apiVersion": API_VERSION,
         "kind": "Workflow",
         "metadata": _metadata(argo, generate=True),
-        "spec": _workflow_spec(steps_per_run, platform or PlatformOptions(), argo),
+        "spec": _workflow_spec(steps_per_run, platform or PlatformOptions(), argo, max_gen_batches),
     }
 
 
@@ -287,6 +354,7 @@ def build_cron_workflow(
     steps_per_run: int = 1,
     platform: PlatformOptions | None = None,
     argo: ArgoOptions | None = None,
+    max_gen_batches: int = DEFAULT_MAX_GEN_BATCHES,
 ) -> dict[str, Any]:
     """The RL pipeline as a CronWorkflow: one run at a time (``Forbid``), runs resume the store."""
     argo = argo or ArgoOptions()
@@ -302,7 +370,9 @@ def build_cron_workflow(
             "successfulJobsHistoryLimit": schedule.history,
             "failedJobsHistoryLimit": schedule.history,
             "workflowMetadata": {"labels": dict(argo.labels)},
-            "workflowSpec": _workflow_spec(steps_per_run, platform or PlatformOptions(), argo),
+            "workflowSpec": _workflow_spec(
+                steps_per_run, platform or PlatformOptions(), argo, max_gen_batches
+            ),
         },
     }
 
@@ -326,12 +396,13 @@ def compile_argo(
     platform: PlatformOptions | None = None,
     argo: ArgoOptions | None = None,
     schedule: CronSchedule | None = None,
+    max_gen_batches: int = DEFAULT_MAX_GEN_BATCHES,
 ) -> dict[str, Any]:
     """Write the Workflow, or with ``schedule`` the CronWorkflow, to the YAML file ``out``; returns it."""
     manifest = (
-        build_workflow(steps_per_run, platform, argo)
+        build_workflow(steps_per_run, platform, argo, max_gen_batches)
         if schedule is None
-        else build_cron_workflow(schedule, steps_per_run, platform, argo)
+        else build_cron_workflow(schedule, steps_per_run, platform, argo, max_gen_batches)
     )
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,8 @@ def convert(value: str, kind: type) -> Any:
 
 
 def _argument_type(spec: Stage, argument: str) -> type:
+    if argument == "gen_batch" and spec.takes_gen_batch:
+        return int
     for name, source in spec.parameters:
         if name == argument:
             return parameter(source).type
@@ -75,6 +77,7 @@ def parse_arguments(spec: Stage, items: Sequence[str]) -> dict[str, Any]:
         except ValueError as exc:
             raise ValueError(f"{spec.name}: argument {name}: {exc}") from None
     expected = {name for name, _ in spec.parameters} | set(spec.value_inputs)
+    expected |= {"gen_batch"} if spec.takes_gen_batch else set()
     missing = sorted(expected - set(values))
     if missing:
         raise ValueError(f"{spec.name}: missing arguments {', '.join(missing)}")
@@ -111,7 +114,9 @@ def _call(spec: Stage, arguments: dict[str, Any], inputs: Path, outputs: Path) -
     if "metrics" in spec.artifacts:
         _write_metrics(outputs / "metrics", returned)
     for name, _ in spec.results:
-        (outputs / name).write_text(str(getattr(returned, name)), encoding="utf-8")
+        value = getattr(returned, name)
+        text = str(value).lower() if isinstance(value, bool) else str(value)  # Argo's `when` reads true/false
+        (outputs / name).write_text(text, encoding="utf-8")
 
 
 if set(store_stages.RL_STAGES) != {s.name for s in RL_STEP}:  # pragma: no cover - caught on import

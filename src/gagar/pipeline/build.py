@@ -33,31 +33,48 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(PIPELINES[name])
 
 
-def build_pipeline(name: str, *, steps_per_run: int = 1, options: PlatformOptions | None = None) -> Any:
-    """The pipeline ``name`` (a KFP ``GraphComponent``); ``steps_per_run`` applies to ``rl`` only.
+def build_pipeline(
+    name: str,
+    *,
+    steps_per_run: int = 1,
+    options: PlatformOptions | None = None,
+    max_gen_batches: int | None = None,
+) -> Any:
+    """The pipeline ``name`` (a KFP ``GraphComponent``); ``steps_per_run`` and ``max_gen_batches``
+    (None: the rl pipeline's default) apply to ``rl`` only.
 
     Raises:
-        ValueError: an unknown name, or ``steps_per_run`` other than 1 for another pipeline.
+        ValueError: an unknown name, or ``steps_per_run`` or ``max_gen_batches`` given for another pipeline.
     """
     module = _module(name)
     if name == "rl":
-        return module.build(steps_per_run, options)
+        if max_gen_batches is None:
+            return module.build(steps_per_run, options)
+        return module.build(steps_per_run, options, max_gen_batches)
     if steps_per_run != 1:
         raise ValueError(f"--steps-per-run applies to the rl pipeline only, not {name!r}")
+    if max_gen_batches is not None:
+        raise ValueError(f"--max-gen-batches applies to the rl pipeline only, not {name!r}")
     return module.build(options)
 
 
 def compile_pipeline(
-    name: str, out: str | os.PathLike[str], *, steps_per_run: int = 1, options: PlatformOptions | None = None
+    name: str,
+    out: str | os.PathLike[str],
+    *,
+    steps_per_run: int = 1,
+    options: PlatformOptions | None = None,
+    max_gen_batches: int | None = None,
 ) -> Path:
     """Compile pipeline ``name`` to the KFP YAML ``out`` (the file the Kubeflow UI uploads)."""
     from kfp import compiler
 
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(
-        build_pipeline(name, steps_per_run=steps_per_run, options=options), str(target)
+    pipeline = build_pipeline(
+        name, steps_per_run=steps_per_run, options=options, max_gen_batches=max_gen_batches
     )
+    compiler.Compiler().compile(pipeline, str(target))
     return target
 
 

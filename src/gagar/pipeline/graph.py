@@ -12,7 +12,21 @@ import inspect
 from dataclasses import dataclass
 from typing import TypeVar, Union
 
-__all__ = ["PARAMETERS", "RL_STEP", "Parameter", "ParameterValue", "Stage", "parameter", "signature", "stage"]
+__all__ = [
+    "DEFAULT_MAX_GEN_BATCHES",
+    "PARAMETERS",
+    "REFILL",
+    "RL_STEP",
+    "Parameter",
+    "ParameterValue",
+    "Stage",
+    "describe",
+    "docstring",
+    "generation_stages",
+    "parameter",
+    "signature",
+    "stage",
+]
 
 ParameterValue = Union[str, int, float, bool]  # noqa: UP007 (a runtime alias of the KFP parameter types)
 
@@ -27,6 +41,11 @@ class Parameter:
     """``str``, ``int``, ``float`` or ``bool``."""
     default: ParameterValue | None
     """Default value; None makes the parameter required."""
+    setting: str | None = None
+    """The :class:`gagar.train.config.TrainConfig` field it is (``rollout.group_size``): its
+    documentation is the parameter's description, so it is written once."""
+    note: str | None = None
+    """What the description adds for the pipeline (the whole description when ``setting`` is None)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,11 @@ class Stage:
     """Output files (datasets, metrics, reports)."""
     results: tuple[tuple[str, type], ...] = ()
     """Output values (small parameters) and their types."""
+    per_gen_batch: bool = False
+    """Runs once per generation batch (a task per batch); its inputs from other per-batch stages
+    come from the same batch's tasks."""
+    takes_gen_batch: bool = False
+    """Takes the batch's index as its ``gen_batch`` argument (fixed when the pipeline is built)."""
 
     @property
     def value_inputs(self) -> tuple[str, ...]:
@@ -67,39 +91,85 @@ class Stage:
 
 
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("model", str, None),
-    Parameter("tasks", str, None),
-    Parameter("storage", str, None),
-    Parameter("group_size", int, 8),
-    Parameter("train_batch_groups", int, 8),
-    Parameter("gen_batch_groups", int, 16),
-    Parameter("algo", str, "gagar"),
-    Parameter("grader", str, "heuristic"),
-    Parameter("grader_model", str, ""),
-    Parameter("grader_endpoint", str, ""),
-    Parameter("grader_max_steps", int, 8),
-    Parameter("grader_position_guard", float, 0.0),
-    Parameter("seed", int, 0),
-    Parameter("temperature", float, 1.0),
-    Parameter("top_p", float, 1.0),
-    Parameter("max_new_tokens", int, 256),
-    Parameter("rollout_backend", str, "hf"),
-    Parameter("policy_endpoint", str, ""),
-    Parameter("sandbox_backend", str, "kubernetes"),
-    Parameter("sandbox_workers", int, 0),
-    Parameter("decay", str, "geometric"),
-    Parameter("gamma", float, 0.5),
-    Parameter("floor", float, 0.1),
-    Parameter("norm_std", bool, True),
-    Parameter("lr", float, 2e-5),
-    Parameter("epochs", int, 1),
-    Parameter("minibatch_size", int, 16),
-    Parameter("keep_checkpoints", int, 3),
-    Parameter("pushgateway", str, ""),
+    Parameter("model", str, None, "policy", "A model directory or a store reference (s3://…)."),
+    Parameter("tasks", str, None, "tasks", "A local path or a store URI (s3://…/tasks.jsonl)."),
+    Parameter(
+        "storage",
+        str,
+        None,
+        note="The run's artifact store, a local directory or s3://bucket/prefix: checkpoints, "
+        "adapters, step metrics; each run resumes from its latest checkpoint.",
+    ),
+    Parameter("group_size", int, 8, "rollout.group_size"),
+    Parameter("train_batch_groups", int, 8, "rollout.train_batch_groups"),
+    Parameter("gen_batch_groups", int, 16, "rollout.gen_batch_groups"),
+    Parameter("algo", str, "gagar", "advantage.algo"),
+    Parameter("grader", str, "heuristic", "grader.kind"),
+    Parameter("grader_model", str, "", "grader.model"),
+    Parameter(
+        "grader_endpoint",
+        str,
+        "",
+        "grader.endpoint",
+        "On a cluster: the chart's grader server, http://<release>-grader-server:8000/v1.",
+    ),
+    Parameter("grader_max_steps", int, 8, "grader.max_steps"),
+    Parameter("grader_position_guard", float, 0.0, "grader.position_guard"),
+    Parameter("seed", int, 0, "seed"),
+    Parameter("temperature", float, 1.0, "rollout.temperature"),
+    Parameter("top_p", float, 1.0, "rollout.top_p"),
+    Parameter("max_new_tokens", int, 256, "rollout.max_new_tokens"),
+    Parameter("rollout_backend", str, "hf", "rollout.backend"),
+    Parameter(
+        "policy_endpoint",
+        str,
+        "",
+        "rollout.endpoint",
+        "On a cluster: the chart's policy server, http://<release>-policy-server:8000/v1.",
+    ),
+    Parameter("served_model", str, "policy", "rollout.served_model"),
+    Parameter(
+        "policy_adapters_dir",
+        str,
+        "",
+        note="Where the policy server reads the adapters the train stage publishes to the store "
+        "(the chart's adapter-sync sidecar mirrors them to /adapters); empty: the store's own "
+        "adapters/ directory, for a local store.",
+    ),
+    Parameter(
+        "sandbox_backend", str, "kubernetes", "sandbox.backend", "A cluster pipeline defaults to kubernetes."
+    ),
+    Parameter("sandbox_workers", int, 0, "sandbox.workers"),
+    Parameter("decay", str, "geometric", "advantage.decay"),
+    Parameter("gamma", float, 0.5, "advantage.gamma"),
+    Parameter("floor", float, 0.1, "advantage.floor"),
+    Parameter("norm_std", bool, True, "advantage.norm_std"),
+    Parameter("lr", float, 2e-5, "optim.lr"),
+    Parameter("epochs", int, 1, "optim.epochs"),
+    Parameter("minibatch_size", int, 16, "optim.minibatch_size"),
+    Parameter("lora", bool, False, "lora.enabled", "Each step's adapter is published as policy-step-N."),
+    Parameter("lora_rank", int, 8, "lora.rank"),
+    Parameter("lora_alpha", float, 16.0, "lora.alpha"),
+    Parameter("train_nodes", int, 1, "distributed.nodes"),
+    Parameter("train_procs_per_node", int, 1, "distributed.procs_per_node"),
+    Parameter("train_strategy", str, "ddp", "distributed.strategy"),
+    Parameter("train_runtime", str, "", "distributed.runtime"),
+    Parameter("keep_checkpoints", int, 3, "keep_checkpoints"),
+    Parameter("pushgateway", str, "", "metrics.pushgateway"),
 )
 """The RL pipeline's parameters in order (KFP's ``rl`` signature, Argo's ``arguments``)."""
 
 _SAME = ("group_size", "seed", "temperature", "top_p", "max_new_tokens")
+_TRAIN_SAME = (
+    "storage", "seed", "lr", "epochs", "minibatch_size", "keep_checkpoints", "pushgateway", "model", "lora",
+    "lora_rank", "lora_alpha", "rollout_backend", "served_model",
+)  # fmt: skip
+
+DEFAULT_MAX_GEN_BATCHES = 3
+"""Generation batches a step may draw when the build does not say (``rollout.max_gen_batches``'s default)."""
+REFILL = ("gather", "short")
+"""The output that draws the next generation batch: batch b+1 runs only when gather-b says the
+train batch is still short of ``train_batch_groups`` mixed groups (KFP ``dsl.If``, Argo ``when``)."""
 
 RL_STEP: tuple[Stage, ...] = (
     Stage(
@@ -120,9 +190,14 @@ RL_STEP: tuple[Stage, ...] = (
             *((name, name) for name in _SAME),
             ("backend", "rollout_backend"),
             ("endpoint", "policy_endpoint"),
+            ("storage", "storage"),
+            ("served_model", "served_model"),
+            ("adapters_dir", "policy_adapters_dir"),
         ),
         inputs=(("policy", "prepare", "policy"), ("step", "prepare", "step"), ("tasks", "prepare", "tasks")),
         artifacts=("trajectories", "metrics"),
+        per_gen_batch=True,
+        takes_gen_batch=True,
     ),
     Stage(
         "sandbox",
@@ -131,6 +206,32 @@ RL_STEP: tuple[Stage, ...] = (
         parameters=(("backend", "sandbox_backend"), ("workers", "sandbox_workers")),
         inputs=(("tasks", "prepare", "tasks"), ("trajectories", "rollout", "trajectories")),
         artifacts=("results", "metrics"),
+        per_gen_batch=True,
+    ),
+    Stage(
+        "gather",
+        "grader",
+        store=True,
+        parameters=(("storage", "storage"), ("train_batch_groups", "train_batch_groups")),
+        inputs=(
+            ("step", "prepare", "step"),
+            ("trajectories", "rollout", "trajectories"),
+            ("results", "sandbox", "results"),
+            ("rollout_metrics", "rollout", "metrics"),
+            ("sandbox_metrics", "sandbox", "metrics"),
+        ),
+        artifacts=(),
+        results=(("short", bool),),
+        per_gen_batch=True,
+        takes_gen_batch=True,
+    ),
+    Stage(
+        "select",
+        "grader",
+        store=True,
+        parameters=(("storage", "storage"), ("train_batch_groups", "train_batch_groups")),
+        inputs=(("step", "prepare", "step"),),
+        artifacts=("trajectories", "results", "selection", "metrics"),
     ),
     Stage(
         "grade",
@@ -138,7 +239,6 @@ RL_STEP: tuple[Stage, ...] = (
         store=False,
         parameters=(
             ("algo", "algo"),
-            ("train_batch_groups", "train_batch_groups"),
             ("grader", "grader"),
             ("grader_model", "grader_model"),
             ("endpoint", "grader_endpoint"),
@@ -147,51 +247,53 @@ RL_STEP: tuple[Stage, ...] = (
         ),
         inputs=(
             ("tasks", "prepare", "tasks"),
-            ("trajectories", "rollout", "trajectories"),
-            ("results", "sandbox", "results"),
+            ("trajectories", "select", "trajectories"),
+            ("results", "select", "results"),
+            ("selection", "select", "selection"),
         ),
-        artifacts=("selection", "grades", "metrics"),
+        artifacts=("grades", "metrics"),
     ),
     Stage(
         "redistribute",
         "redistribute",
         store=False,
         parameters=tuple((name, name) for name in ("algo", "decay", "gamma", "floor", "norm_std")),
-        inputs=(("selection", "grade", "selection"), ("grades", "grade", "grades")),
+        inputs=(("selection", "select", "selection"), ("grades", "grade", "grades")),
         artifacts=("batch", "metrics", "credit"),
     ),
     Stage(
         "train",
         "train",
         store=True,
-        parameters=tuple(
-            (name, name)
-            for name in (
-                "storage",
-                "seed",
-                "lr",
-                "epochs",
-                "minibatch_size",
-                "keep_checkpoints",
-                "pushgateway",
-            )
+        parameters=(
+            *((name, name) for name in _TRAIN_SAME),
+            ("nodes", "train_nodes"),
+            ("procs_per_node", "train_procs_per_node"),
+            ("strategy", "train_strategy"),
+            ("runtime", "train_runtime"),
         ),
         inputs=(
             ("policy", "prepare", "policy"),
             ("step", "prepare", "step"),
-            ("trajectories", "rollout", "trajectories"),
-            ("results", "sandbox", "results"),
+            ("trajectories", "select", "trajectories"),
+            ("results", "select", "results"),
             ("grades", "grade", "grades"),
             ("batch", "redistribute", "batch"),
-            ("rollout_metrics", "rollout", "metrics"),
-            ("sandbox_metrics", "sandbox", "metrics"),
+            ("select_metrics", "select", "metrics"),
             ("grade_metrics", "grade", "metrics"),
             ("redistribute_metrics", "redistribute", "metrics"),
         ),
         artifacts=("metrics", "summary"),
     ),
 )
-"""One RL step's stages in dependency order: each input names an earlier stage."""
+"""One RL step's stages in dependency order: each input names an earlier stage. The per-batch
+stages (:func:`generation_stages`) run once per generation batch (up to ``max_gen_batches``,
+unrolled when the pipeline is built); ``select`` then reads every batch drawn back from the store."""
+
+
+def generation_stages() -> tuple[Stage, ...]:
+    """The stages run once per generation batch (rollout, sandbox, gather), in order."""
+    return tuple(s for s in RL_STEP if s.per_gen_batch)
 
 
 _T = TypeVar("_T", "Parameter", "Stage")
@@ -235,3 +337,36 @@ def stage(name: str) -> Stage:
         ValueError: no stage has that name.
     """
     return _named(RL_STEP, name, "stage")
+
+
+def describe(p: Parameter) -> str:
+    """The one-line description of pipeline parameter ``p``: its setting's documentation (the
+    :class:`~gagar.train.config.TrainConfig` field's docstring, written once there), then what the
+    pipeline adds, and how the parameter says "unset" when the setting's default is None.
+
+    Raises:
+        ValueError: the parameter has neither a documented setting nor a note.
+    """
+    from gagar.train.config import setting_field  # the trainer's settings: imported when building only
+
+    parts: list[str] = []
+    if p.setting is not None:
+        field = setting_field(p.setting)
+        if not field.description:
+            raise ValueError(f"pipeline parameter {p.name!r}: setting {p.setting!r} has no documentation")
+        parts.append(field.description)
+        if field.get_default(call_default_factory=True) is None:
+            parts.append("Empty means unset." if p.type is str else "0 means unset.")
+    if p.note is not None:
+        parts.append(p.note)
+    if not parts:
+        raise ValueError(f"pipeline parameter {p.name!r} has no description (no setting, no note)")
+    return " ".join(" ".join(parts).split())
+
+
+def docstring(summary: str) -> str:
+    """A pipeline function's docstring: ``summary`` and an ``Args:`` section describing every
+    parameter (KFP compiles it into each parameter's ``description``)."""
+    lines = [summary, "", "Args:"]
+    lines += [f"    {p.name}: {describe(p)}" for p in PARAMETERS]
+    return "\n".join(lines) + "\n"

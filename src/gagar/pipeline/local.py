@@ -58,8 +58,11 @@ class LocalRun:
         )
 
 
-def run_local(arguments: dict[str, Any], *, out: str | Path, steps: int = 1) -> LocalRun:
-    """Run ``steps`` RL steps of the pipeline with ``arguments`` (its parameters) through ``kfp.local``.
+def run_local(
+    arguments: dict[str, Any], *, out: str | Path, steps: int = 1, max_gen_batches: int | None = None
+) -> LocalRun:
+    """Run ``steps`` RL steps of the pipeline with ``arguments`` (its parameters) through ``kfp.local``,
+    each drawing at most ``max_gen_batches`` generation batches (None: the pipeline's default).
 
     ``arguments["storage"]`` is made absolute. KFP logs each task's start, output and end to stdout.
 
@@ -74,7 +77,9 @@ def run_local(arguments: dict[str, Any], *, out: str | Path, steps: int = 1) -> 
     done = {row["step"] for row in read_step_metrics(arguments["storage"])}
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
     # kfp.local honours retries; a local failure is not transient, so fail at once.
-    pipeline = build_pipeline("rl", steps_per_run=steps, options=PlatformOptions(retries=0))
+    pipeline = build_pipeline(
+        "rl", steps_per_run=steps, options=PlatformOptions(retries=0), max_gen_batches=max_gen_batches
+    )
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)

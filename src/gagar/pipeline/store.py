@@ -7,6 +7,11 @@ Layout under the ``storage`` URI (a local directory or ``s3://bucket/prefix``)::
         optimizer.pt, rng.json, state.json
         MANIFEST.json           the trainer's own manifest: one format for a checkpoint and the store
     metrics/step-000003.json    every stage's metrics of that step, merged
+    adapters/policy-step-4/     the LoRA adapter of checkpoint step-3 (published when lora is on): what
+                                the policy server loads as version ``policy-step-4``
+    train/step-000003/          a distributed update's inputs and its metrics (TrainJob or torchrun)
+    generation/step-000003/batch-1/   one generation batch of the step being drawn (trajectories.jsonl,
+                                results.jsonl, metrics.json): written by ``gather``, read by ``select``
 
 Each run resumes from the latest complete checkpoint: its step is the latest step + 1 and it samples
 from that checkpoint's ``model/``, or from the initial ``model`` when the store holds none.
@@ -33,16 +38,23 @@ from gagar.storage import (
 from gagar.storage.base import join_key
 
 __all__ = [
+    "ADAPTERS",
     "CHECKPOINTS",
+    "GENERATION",
     "METRICS",
+    "TRAIN",
+    "GenerationBatchFiles",
     "StepStart",
     "checkpoint_key",
     "fetch_file",
+    "fetch_generation_batches",
     "fetch_policy",
     "latest_step",
     "normalise_storage",
     "prune_checkpoints",
+    "publish_adapter",
     "publish_checkpoint",
+    "put_generation_batch",
     "read_step_metrics",
     "resolve_start",
     "restore_checkpoint",
@@ -54,6 +66,13 @@ CHECKPOINTS = "checkpoints"
 """Key prefix of the published checkpoints."""
 METRICS = "metrics"
 """Key prefix of the per-step metrics."""
+TRAIN = "train"
+"""Key prefix of a distributed update's inputs and metrics (``train/step-N/``)."""
+ADAPTERS = "adapters"
+"""Key prefix of the published LoRA adapters (``adapters/policy-step-N``)."""
+GENERATION = "generation"
+"""Key prefix of the generation batches of the step being drawn."""
+_BATCH_FILES = ("trajectories.jsonl", "results.jsonl", "metrics.json")
 
 
 @dataclass(frozen=True)
@@ -235,3 +254,67 @@ def read_step_metrics(storage: str) -> list[dict[str, float]]:
     store = open_store(storage)
     rows = [json.loads(store.get_bytes(key)) for key in store.list(f"{METRICS}/") if key.endswith(".json")]
     return sorted(rows, key=lambda row: row["step"])
+
+
+@dataclass(frozen=True)
+class GenerationBatchFiles:
+    """One generation batch fetched from the store: its files on local disk."""
+
+    trajectories: Path
+    results: Path
+    metrics: Path
+    """The rollout and sandbox tasks' metrics of the batch (a JSON object)."""
+
+
+def _generation_key(step: int, gen_batch: int) -> str:
+    return f"{GENERATION}/step-{step:06d}/batch-{gen_batch}"
+
+
+def put_generation_batch(
+    storage: str, step: int, gen_batch: int, trajectories: Path, results: Path, metrics: dict[str, float]
+) -> str:
+    """Store generation batch ``gen_batch`` of ``step``; returns its key.
+
+    Batch 0 starts the step's generation afresh: whatever an earlier (failed) attempt or an earlier
+    step left under ``generation/`` is deleted first, so the batches stored are exactly the ones this
+    attempt drew. The metrics file is written last: a batch counts as stored once it is there.
+    """
+    target = open_store(storage)
+    if gen_batch == 0:
+        for key in target.list(f"{GENERATION}/"):
+            target.delete(key)
+    key = _generation_key(step, gen_batch)
+    target.put_file(join_key(key, _BATCH_FILES[0]), trajectories)
+    target.put_file(join_key(key, _BATCH_FILES[1]), results)
+    target.put_bytes(join_key(key, _BATCH_FILES[2]), json.dumps(metrics, sort_keys=True).encode())
+    return key
+
+
+def fetch_generation_batches(storage: str, step: int, dest: Path) -> list[GenerationBatchFiles]:
+    """Every stored generation batch of ``step``, in batch order (0, 1, … while they are there)."""
+    source = open_store(storage)
+    found: list[GenerationBatchFiles] = []
+    while source.exists(join_key(_generation_key(step, len(found)), _BATCH_FILES[2])):
+        key, local = _generation_key(step, len(found)), dest / f"batch-{len(found)}"
+        for name in _BATCH_FILES:
+            source.get_file(join_key(key, name), local / name)
+        found.append(GenerationBatchFiles(*(local / name for name in _BATCH_FILES)))
+    return found
+
+
+def publish_adapter(adapter_dir: Path, storage: str, version: str, staging: Path) -> str:
+    """Publish the adapter files of ``adapter_dir`` as ``adapters/<version>`` (manifest last); returns
+    the key. An adapter already published under that version (a resumed step) is kept."""
+    from gagar.policy.adapter import ADAPTER_FILES, adapter_updates
+
+    key = f"{ADAPTERS}/{version}"
+    target = open_store(storage)
+    if target.read_manifest(key) is not None:
+        return key
+    staged = staging / version
+    staged.mkdir(parents=True)
+    for name in ADAPTER_FILES:
+        _link_or_copy(str(adapter_dir / name), str(staged / name))
+    target.publish_dir(staged, key, step=adapter_updates(version))
+    shutil.rmtree(staged)
+    return key

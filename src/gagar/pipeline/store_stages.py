@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from gagar import stages
 from gagar.pipeline import store
@@ -26,8 +26,10 @@ from gagar.pipeline.report import credit_table, merge_metrics, step_summary
 
 __all__ = [
     "RL_STAGES",
+    "GatherOutcome",
     "MetricsSink",
     "evaluate",
+    "gather",
     "grade",
     "grader_sft",
     "log_metrics",
@@ -35,6 +37,7 @@ __all__ = [
     "redistribute",
     "rollout",
     "sandbox",
+    "select",
     "train",
     "unset",
 ]
@@ -82,24 +85,78 @@ def prepare(*, storage: str, model: str, tasks_uri: str, tasks: str) -> store.St
     return start
 
 
-def rollout(*, policy: str, tasks: str, trajectories: str, step: int, **options: Any) -> dict[str, float]:
-    """Download the policy and sample one generation batch (``gen_batch`` 0) into ``trajectories``.
+def is_checkpoint(policy: str, storage: str) -> bool:
+    """Whether ``policy`` (prepare's output) is one of the run's published checkpoints."""
+    return policy.startswith(f"{storage.rstrip('/')}/{store.CHECKPOINTS}/")
 
-    ``options`` are :func:`gagar.stages.rollout_stage`'s (groups, group_size, seed, temperature, …).
+
+def served_version(*, policy: str, storage: str, step: int, served_model: str) -> str:
+    """The policy version the warm server samples step ``step`` under: its base model
+    (``served_model``) before any update, then ``policy-step-N`` (N updates done, N = ``step``): the
+    adapter of checkpoint ``step-(N-1)``, which the train stage published. The same names the
+    in-process trainer uses."""
+    from gagar.policy.adapter import adapter_version
+
+    return adapter_version(step) if is_checkpoint(policy, store.normalise_storage(storage)) else served_model
+
+
+ADAPTER_WAIT_S = 300.0
+"""How long the rollout waits for the policy server to be able to load a freshly published adapter."""
+
+
+def rollout(
+    *,
+    policy: str,
+    tasks: str,
+    trajectories: str,
+    step: int,
+    gen_batch: int = 0,
+    backend: str = "hf",
+    endpoint: str = "",
+    storage: str = "",
+    served_model: str = "policy",
+    adapters_dir: str = "",
+    **options: Any,
+) -> dict[str, float]:
+    """Download the policy and sample generation batch ``gen_batch`` of ``step`` into ``trajectories``.
+
+    With ``backend`` ``server`` the warm policy server at ``endpoint`` samples: it is first made to
+    serve the step's version (:func:`served_version`; the adapter read from ``adapters_dir``, empty:
+    the local store's ``adapters/``) and nothing newer or older, and every trajectory records that
+    version, so the train stage refuses samples of any other. ``options`` are
+    :func:`gagar.stages.rollout_stage`'s (groups, group_size, seed, temperature, …).
     """
-    options = {
-        key: unset(value) if key in ("endpoint", "model_name") else value for key, value in options.items()
-    }
+    metrics: dict[str, float] = {}
+    model_name = None
+    if backend == "server":
+        from gagar.policy.vllm_server import PolicyServerClient, serve_only
+
+        if not endpoint or not storage:
+            raise ValueError(
+                "rollout backend 'server' needs policy_endpoint (the server's /v1 URL) and storage"
+            )
+        model_name = served_version(policy=policy, storage=storage, step=step, served_model=served_model)
+        adapters = (
+            Path(adapters_dir) if adapters_dir else Path(store.normalise_storage(storage)) / store.ADAPTERS
+        )
+        path = None if model_name == served_model else adapters / model_name
+        seconds = serve_only(PolicyServerClient(endpoint), model_name, path, wait_s=ADAPTER_WAIT_S)
+        metrics["perf/adapter_swap_s"] = seconds
+        log.info("policy server %s serves %s (%.2f s)", endpoint, model_name, seconds)
+        backend = "openai"
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
-        return _timed(
+        return metrics | _timed(
             "rollout",
             lambda: stages.rollout_stage(
                 policy=model_dir,
                 tasks=tasks,
                 out=trajectories,
                 step=step,
-                gen_batch=0,
+                gen_batch=gen_batch,
+                backend=backend,
+                endpoint=unset(endpoint),
+                model_name=model_name,
                 progress=False,
                 **options,
             ),
@@ -121,6 +178,97 @@ def sandbox(*, tasks: str, trajectories: str, results: str, backend: str, worker
     )
 
 
+def gather(
+    *,
+    storage: str,
+    step: int,
+    gen_batch: int,
+    trajectories: str,
+    results: str,
+    rollout_metrics: Mapping[str, float],
+    sandbox_metrics: Mapping[str, float],
+    train_batch_groups: int,
+) -> GatherOutcome:
+    """Store generation batch ``gen_batch`` of ``step`` and select over every batch drawn so far.
+
+    Returns whether the train batch is still short of ``train_batch_groups`` mixed groups: the
+    pipeline draws batch ``gen_batch + 1`` only then (dynamic sampling's refill).
+    """
+    storage = store.normalise_storage(storage)
+    store.put_generation_batch(
+        storage, step, gen_batch, Path(trajectories), Path(results), {**rollout_metrics, **sandbox_metrics}
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        batches = store.fetch_generation_batches(storage, step, Path(tmp))
+        metrics = stages.select_stage(
+            trajectories=[b.trajectories for b in batches],
+            results=[b.results for b in batches],
+            out=Path(tmp) / "selection.jsonl",
+            train_batch_groups=train_batch_groups,
+        )
+    short = metrics["sampling/batch_full"] == 0.0
+    log.info(
+        "step %d batch %d: %d of %d mixed groups kept%s", step, gen_batch, metrics["sampling/groups_kept"],
+        train_batch_groups, ", drawing another batch" if short else "",
+    )  # fmt: skip
+    return GatherOutcome(short=short)
+
+
+class GatherOutcome(NamedTuple):
+    """What :func:`gather` hands the pipeline."""
+
+    short: bool
+    """The batch drawn so far holds fewer than ``train_batch_groups`` mixed groups."""
+
+
+_SUMMED = ("perf/rollout_s", "perf/sandbox_s")
+
+
+def select(
+    *,
+    storage: str,
+    step: int,
+    train_batch_groups: int,
+    trajectories: str,
+    results: str,
+    selection: str,
+) -> dict[str, float]:
+    """Dynamic sampling over every generation batch of ``step`` in the store (what :func:`gather`
+    stored): the consumed batches' trajectories and results into ``trajectories`` and ``results``,
+    the step's one selection into ``selection``.
+
+    The metrics are the step's ``sampling/…`` counts, ``rollout/…`` and ``sandbox/…`` over every
+    batch consumed (as the in-process step reports them) and each batch's rollout and sandbox seconds
+    summed.
+    """
+    from gagar import rl_step
+    from gagar.records import read_records, write_records
+    from gagar.schema.result import TestResult
+    from gagar.schema.trajectory import Trajectory
+
+    storage = store.normalise_storage(storage)
+    with tempfile.TemporaryDirectory() as tmp:
+        batches = store.fetch_generation_batches(storage, step, Path(tmp))
+        if not batches:
+            raise ValueError(f"{storage}: no generation batch of step {step} is stored (did gather run?)")
+        metrics = stages.select_stage(
+            trajectories=[b.trajectories for b in batches],
+            results=[b.results for b in batches],
+            out=selection,
+            train_batch_groups=train_batch_groups,
+        )
+        consumed = batches[: int(metrics["sampling/gen_batches"])]
+        drawn = [read_records(b.trajectories, Trajectory) for b in consumed]
+        outcome = [read_records(b.results, TestResult) for b in consumed]
+        timings = [json.loads(b.metrics.read_text(encoding="utf-8")) for b in consumed]
+    write_records(trajectories, [t for batch in drawn for t in batch])
+    write_records(results, [r for batch in outcome for r in batch])
+    metrics |= rl_step.sandbox_metrics([r for batch in outcome for r in batch])
+    metrics |= rl_step.rollout_metrics([t for batch in drawn for t in batch])
+    metrics |= {key: sum(row.get(key, 0.0) for row in timings) for key in _SUMMED}
+    return metrics
+
+
 def grade(
     *,
     algo: str,
@@ -132,18 +280,14 @@ def grade(
     grader: str,
     grader_model: str,
     endpoint: str,
-    train_batch_groups: int,
     max_steps: int = 8,
     position_guard: float = 0.0,
 ) -> dict[str, float]:
-    """Dynamic sampling into ``selection`` (the step's one selection, which redistribute reads), then
-    grade the groups it keeps; with an algo other than gagar, write no grades.
+    """Grade the groups the step's ``selection`` (the select stage's) keeps; with an algo other than
+    gagar, write no grades.
 
     A ``position_guard`` of 0 grades each group once.
     """
-    stages.select_stage(
-        trajectories=[trajectories], results=[results], out=selection, train_batch_groups=train_batch_groups
-    )
     if algo != "gagar":
         Path(grades).write_text("", encoding="utf-8")
         return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
@@ -179,6 +323,64 @@ def redistribute(*, selection: str, grades: str, batch: str, credit: str, **opti
     return metrics
 
 
+def update(
+    *,
+    storage: str,
+    policy: str,
+    model: str,
+    trajectories: str,
+    batch: str,
+    step: int,
+    seed: int = 0,
+    optim: Any = None,
+    lora: Any = None,
+    policy_version: str | None = None,
+    strategy: str = "ddp",
+) -> dict[str, float]:
+    """One policy update from the store and back: fetch the step's policy (a checkpoint, whose
+    optimizer state continues, or the initial ``model``), ``trajectories`` and ``batch`` (local paths
+    or store URIs), update, and publish checkpoint ``step`` (and, with LoRA, adapter
+    ``policy-step-{step+1}``) to ``storage``.
+
+    Under torchrun every rank calls this alike; rank 0 alone publishes and writes the update's
+    metrics to ``train/step-N/metrics.json`` (what a TrainJob's caller reads back).
+    """
+    import os
+
+    from gagar.policy.adapter import adapter_version, is_adapter_dir, rebase_adapter
+
+    storage = store.normalise_storage(storage)
+    main = int(os.environ.get("RANK", "0")) == 0
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "checkpoints"
+        root.mkdir()
+        if is_checkpoint(policy, storage):
+            model_dir = store.restore_checkpoint(policy, root) / "model"  # its optimizer state continues
+            if is_adapter_dir(model_dir):  # its base lives where the initial model is, on this machine too
+                rebase_adapter(model_dir, store.fetch_policy(model, Path(tmp) / "base"))
+        else:
+            model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
+        inputs = [store.fetch_file(ref, Path(tmp) / "inputs" / name) for ref, name in
+                  ((trajectories, "trajectories.jsonl"), (batch, "batch.jsonl"))]  # fmt: skip
+        metrics = _timed(
+            "train",
+            lambda: stages.train_stage(
+                policy=model_dir, trajectories=[inputs[0]], batch=inputs[1], checkpoints=root, step=step,
+                seed=seed, optim=optim, lora=lora, policy_version=policy_version, strategy=strategy,
+            ),
+        )  # fmt: skip
+        if main:
+            checkpoint = root / f"step-{step:06d}"
+            store.publish_checkpoint(checkpoint, storage, step, Path(tmp) / "staging")
+            if is_adapter_dir(checkpoint / "model"):
+                store.publish_adapter(
+                    checkpoint / "model", storage, adapter_version(step + 1), Path(tmp) / "a"
+                )
+            key = f"{store.TRAIN}/step-{step:06d}/metrics.json"
+            store.open_store(storage).put_bytes(key, json.dumps(metrics, sort_keys=True).encode())
+    return metrics
+
+
 def train(
     *,
     storage: str,
@@ -193,45 +395,66 @@ def train(
     epochs: int,
     minibatch_size: int,
     keep_checkpoints: int,
-    rollout_metrics: Mapping[str, float],
-    sandbox_metrics: Mapping[str, float],
+    select_metrics: Mapping[str, float],
     grade_metrics: Mapping[str, float],
     redistribute_metrics: Mapping[str, float],
     summary: str,
     pushgateway: str = "",
+    model: str = "",
+    lora: bool = False,
+    lora_rank: int = 8,
+    lora_alpha: float = 16.0,
+    rollout_backend: str = "hf",
+    served_model: str = "policy",
+    nodes: int = 1,
+    procs_per_node: int = 1,
+    strategy: str = "ddp",
+    runtime: str = "",
 ) -> dict[str, float]:
     """Update the policy, publish checkpoint ``step`` to the store, store and push the step's metrics.
 
-    The earlier stages' metrics of this step, merged with the update's, go to
+    Where the update runs: with ``runtime`` set and Kubeflow Trainer on the cluster, in a TrainJob of
+    ``nodes`` × ``procs_per_node`` processes (:mod:`gagar.train.trainjob`); else in this pod, under
+    torchrun when ``procs_per_node`` > 1 (a ``runtime`` without Trainer, or ``nodes`` > 1 without a
+    runtime, falls back to this one node, with a warning), or in this process. With the warm policy
+    server (``rollout_backend`` server) every trajectory must carry the version the server sampled
+    the step under. The earlier stages' metrics of this step, merged with the update's, go to
     ``metrics/step-N.json`` in the store, to the Pushgateway when one is given (with each sandbox
     run's and each graded group's seconds from ``results`` and ``grades`` for the histograms), and
     as a Markdown summary to ``summary``.
     """
+    from gagar.train.lora import LoraSettings
     from gagar.train.update import OptimConfig
 
     optim = OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size)
-    upstream = [rollout_metrics, sandbox_metrics, grade_metrics, redistribute_metrics]
+    settings = LoraSettings(enabled=lora, rank=lora_rank, alpha=lora_alpha)
+    upstream = [select_metrics, grade_metrics, redistribute_metrics]
     storage = store.normalise_storage(storage)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "checkpoints"
-        root.mkdir()
-        if policy.startswith(f"{storage.rstrip('/')}/{store.CHECKPOINTS}/"):
-            model_dir = store.restore_checkpoint(policy, root) / "model"  # its optimizer state continues
-        else:
-            model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
-        metrics = _timed(
-            "train",
-            lambda: stages.train_stage(
-                policy=model_dir,
-                trajectories=[trajectories],
-                batch=batch,
-                checkpoints=root,
-                step=step,
-                seed=seed,
-                optim=optim,
-            ),
+    version = (
+        served_version(policy=policy, storage=storage, step=step, served_model=served_model)
+        if rollout_backend == "server"
+        else None
+    )
+    common = {"storage": storage, "policy": policy, "model": model or policy, "step": step}
+    options = {"seed": seed, "lr": lr, "epochs": epochs, "minibatch_size": minibatch_size,
+               "lora_rank": lora_rank, "lora_alpha": lora_alpha, "strategy": strategy}  # fmt: skip
+    flags = (("--lora",) if lora else ()) + (("--policy-version", version) if version else ())
+    if runtime or nodes > 1 or procs_per_node > 1:
+        metrics = _distributed_update(
+            trajectories,
+            batch,
+            common,
+            options,
+            flags,
+            runtime=runtime,
+            nodes=nodes,
+            procs_per_node=procs_per_node,
         )
-        store.publish_checkpoint(root / f"step-{step:06d}", storage, step, Path(tmp) / "staging")
+    else:
+        metrics = update(
+            **common, trajectories=trajectories, batch=batch, seed=seed, optim=optim, lora=settings,
+            policy_version=version, strategy=strategy,
+        )  # fmt: skip
     store.prune_checkpoints(storage, keep_checkpoints)
     merged = {**merge_metrics([*upstream, metrics]), "step": float(step)}
     store.write_step_metrics(storage, step, merged)
@@ -239,6 +462,81 @@ def train(
         _push(pushgateway, storage, merged, _observations(results, grades))
     Path(summary).write_text(step_summary(step, merged), encoding="utf-8")
     return metrics
+
+
+def _kube_api() -> Any:
+    """An API client from the pod's service account (or KUBECONFIG); None when there is no cluster."""
+    try:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+
+        configuration = client.Configuration()
+        kube_config.load_config(client_configuration=configuration)
+    except Exception:  # no kubeconfig and not in a pod: no cluster to ask
+        return None
+    return client.ApiClient(configuration)
+
+
+def _namespace() -> str:
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else "default"
+
+
+def _distributed_update(
+    trajectories: str,
+    batch: str,
+    common: Mapping[str, Any],
+    options: Mapping[str, Any],
+    flags: tuple[str, ...],
+    *,
+    runtime: str,
+    nodes: int,
+    procs_per_node: int,
+) -> dict[str, float]:
+    """Stage the update's inputs in the store and run ``gagar train-update`` on every rank: as a
+    Kubeflow Trainer TrainJob when ``runtime`` is set and the Trainer is installed, else under
+    torchrun in this pod (one node). Returns rank 0's metrics, read back from the store."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from gagar.train import trainjob
+
+    storage, step = common["storage"], common["step"]
+    target, prefix = store.open_store(storage), f"{store.TRAIN}/step-{step:06d}"
+    target.put_file(f"{prefix}/trajectories.jsonl", trajectories)
+    target.put_file(f"{prefix}/batch.jsonl", batch)
+    target.delete(f"{prefix}/metrics.json")
+    staged = {
+        "trajectories": f"{storage}/{prefix}/trajectories.jsonl",
+        "batch": f"{storage}/{prefix}/batch.jsonl",
+    }
+    args = trainjob.update_args(**common, options={**staged, **options}, flags=flags)
+    api = _kube_api() if runtime else None
+    if runtime and api is not None and trainjob.trainer_installed(api):
+        env = tuple(
+            (k, os.environ[k])
+            for k in ("GAGAR_STORAGE__ENDPOINT", "GAGAR_STORAGE__REGION")
+            if k in os.environ
+        )
+        spec = trainjob.TrainJobSpec(
+            name=f"gagar-train-{step}-{uuid.uuid4().hex[:6]}", runtime=runtime, args=args, nodes=nodes,
+            procs_per_node=procs_per_node, env=env,
+        )  # fmt: skip
+        trainjob.run_trainjob(trainjob.build_trainjob(spec), _namespace(), api, log=log.info)
+    else:
+        if runtime or nodes > 1:
+            log.warning(
+                "no Kubeflow Trainer (TrainJob CRD) on this cluster%s: updating on this pod's node only, "
+                "%d process(es)", f" for runtime {runtime!r}" if runtime else "", procs_per_node,
+            )  # fmt: skip
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={procs_per_node}", "-m", "gagar", "train-update", *args]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"torchrun update failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(target.get_bytes(f"{prefix}/metrics.json"))
 
 
 def _observations(results: str, grades: str) -> dict[str, list[float]]:
@@ -325,6 +623,8 @@ RL_STAGES: dict[str, Callable[..., Any]] = {
     "prepare": prepare,
     "rollout": rollout,
     "sandbox": sandbox,
+    "gather": gather,
+    "select": select,
     "grade": grade,
     "redistribute": redistribute,
     "train": train,

@@ -26,6 +26,7 @@ __all__ = [
     "is_adapter_dir",
     "prune_adapters",
     "publish_adapter",
+    "rebase_adapter",
     "tokenizer_dir",
 ]
 
@@ -69,6 +70,18 @@ def adapter_base(path: str | os.PathLike[str]) -> Path:
     if not base or not Path(base).is_dir():
         raise ValueError(f"{config_path}: base model {base!r} is not a directory on this machine")
     return Path(base)
+
+
+def rebase_adapter(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> None:
+    """Point the adapter in ``path`` at the base model directory ``base`` (made absolute).
+
+    An adapter records its base's absolute path; one restored on another machine (the next train
+    pod) finds it there only after the base is fetched again and the record is rewritten.
+    """
+    config_path = Path(path) / ADAPTER_CONFIG
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = str(Path(base).resolve())
+    config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
 def tokenizer_dir(adapter_dir: Path, base: Path) -> Path:

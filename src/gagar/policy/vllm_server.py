@@ -27,6 +27,7 @@ __all__ = [
     "PolicyServerError",
     "StaleAdapterError",
     "find_vllm_python",
+    "serve_only",
     "server_command",
     "server_env",
     "start_policy_server",
@@ -123,6 +124,39 @@ def swap_adapter(
         client.load_adapter(new_name, new_path)
     if old_name is not None and old_name != new_name:
         client.unload_adapter(old_name)
+    return time.perf_counter() - start
+
+
+def serve_only(
+    client: PolicyServerClient, version: str, path: str | Path | None, *, wait_s: float = 0.0
+) -> float:
+    """Make the server serve policy version ``version`` and no other ``policy-step-*`` adapter;
+    seconds it took. ``path`` is where the server reads the adapter (None: ``version`` is its base).
+
+    Loading comes before unloading, so the server never stands without a current version; an adapter
+    already served is kept. A load the server refuses is retried for up to ``wait_s`` seconds (the
+    adapter may still be on its way to the server's disk, e.g. through the chart's sync sidecar).
+
+    Raises:
+        PolicyServerError: the server refused the load past ``wait_s``, or an unload.
+        StaleAdapterError: the server does not list ``version`` afterwards.
+    """
+    from gagar.policy.adapter import adapter_updates
+
+    start = time.perf_counter()
+    if path is not None and version not in client.served_models():
+        while True:
+            try:
+                client.load_adapter(version, path)
+                break
+            except PolicyServerError:
+                if time.perf_counter() - start > wait_s:
+                    raise
+                time.sleep(2.0)
+    for name in client.served_models():
+        if adapter_updates(name) is not None and name != version:
+            client.unload_adapter(name)
+    client.require(version)
     return time.perf_counter() - start
 
 

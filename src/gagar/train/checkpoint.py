@@ -156,15 +156,20 @@ def _model_format(model: torch.nn.Module) -> str:
     return "state_dict"
 
 
-def _save_model(model: torch.nn.Module, directory: Path) -> str:
+def _save_model(model: torch.nn.Module, directory: Path, state: dict[str, torch.Tensor] | None = None) -> str:
     fmt = _model_format(model)
     if fmt == "state_dict":
-        from safetensors.torch import save_model
+        from safetensors.torch import save_file, save_model
 
         directory.mkdir()
-        save_model(model, str(directory / "model.safetensors"))
-    else:
+        if state is None:
+            save_model(model, str(directory / "model.safetensors"))
+        else:
+            save_file(state, str(directory / "model.safetensors"))
+    elif state is None:
         model.save_pretrained(directory, safe_serialization=True)
+    else:
+        model.save_pretrained(directory, safe_serialization=True, state_dict=state)
     return fmt
 
 
@@ -280,11 +285,14 @@ class CheckpointManager:
         extra_state: dict[str, Any] | None = None,
         rng: bool = True,
         tokenizer: Any | None = None,
+        full_state: tuple[dict[str, Any], dict[str, Any]] | None = None,
     ) -> Checkpoint:
         """Write the checkpoint of ``step`` atomically, then prune to ``keep_last``.
 
         An existing checkpoint of the same step is replaced. ``extra_state`` must be JSON-serialisable.
         A ``tokenizer`` is saved beside the weights, so ``model/`` loads as a Hugging Face policy.
+        ``full_state`` (model weights, optimizer state) is written instead of ``model``'s and
+        ``optimizer``'s own: a sharded model's state gathered on one rank.
         """
         if step < 0:
             raise ValueError(f"step must be >= 0, got {step}")
@@ -292,11 +300,11 @@ class CheckpointManager:
         self.remove_partial()
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step-{step:06d}-", dir=self.root))
         try:
-            fmt = _save_model(model, tmp / "model")
+            fmt = _save_model(model, tmp / "model", full_state[0] if full_state else None)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp / "model")
             if optimizer is not None:
-                torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+                torch.save(full_state[1] if full_state else optimizer.state_dict(), tmp / "optimizer.pt")
             if scheduler is not None:
                 torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
             if rng:

@@ -14,11 +14,13 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gagar.advantage import Decay, Estimator, TierFactors
 from gagar.grader.run import GraderKind
 from gagar.sandbox.runner import BackendName
+from gagar.train.distributed import DistributedSettings
 from gagar.train.lora import LoraSettings
 from gagar.train.update import OptimConfig
 
@@ -33,6 +35,7 @@ __all__ = [
     "TrainConfig",
     "load_config",
     "read_yaml_mapping",
+    "setting_field",
 ]
 
 
@@ -50,7 +53,7 @@ class RolloutBackend(StrEnum):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class RolloutSettings(_Section):
@@ -144,6 +147,7 @@ class TrainConfig(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         nested_model_default_partial_update=True,
+        use_attribute_docstrings=True,
     )
 
     run_dir: Path = Path("runs/train")
@@ -167,6 +171,7 @@ class TrainConfig(BaseSettings):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     lora: LoraSettings = Field(default_factory=LoraSettings)
+    distributed: DistributedSettings = Field(default_factory=DistributedSettings)
 
     @model_validator(mode="after")
     def _server_rollout_trains_adapters(self) -> TrainConfig:
@@ -200,6 +205,22 @@ class TrainConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, _FileSource(settings_cls)
+
+
+def setting_field(path: str) -> FieldInfo:
+    """The :class:`TrainConfig` field at a dotted ``path`` (``rollout.group_size``).
+
+    Raises:
+        ValueError: no field has that path.
+    """
+    model: type[BaseModel] = TrainConfig
+    *sections, name = path.split(".")
+    try:
+        for section in sections:
+            model = model.model_fields[section].annotation  # type: ignore[assignment]
+        return model.model_fields[name]
+    except (KeyError, AttributeError):
+        raise ValueError(f"TrainConfig has no setting {path!r}") from None
 
 
 _FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("gagar_config_file_values", default=None)

@@ -41,7 +41,7 @@ QWEN2_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 class LoraSettings(BaseModel):
     """Whether the update trains a LoRA adapter instead of all weights, and its shape."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     enabled: bool = False
     """Train a LoRA adapter on the frozen SFT checkpoint; False updates every weight."""

@@ -7,9 +7,11 @@ policy produced (tool output is masked by each trajectory's ``loss_mask``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,8 +21,20 @@ from gagar.policy.adapter import is_adapter_dir
 from gagar.schema.batch import BatchEntry
 from gagar.schema.trajectory import Trajectory
 from gagar.train.checkpoint import CheckpointManager
+from gagar.train.distributed import (
+    Strategy,
+    World,
+    all_reduce_sum,
+    init_world,
+    reduce_metrics,
+    shard,
+    unwrapped,
+    wrap_model,
+)
 from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "OptimConfig",
@@ -39,7 +53,7 @@ class StaleTrajectoryError(ValueError):
 class OptimConfig(BaseModel):
     """How the policy is updated each step."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     lr: float = Field(default=2e-5, gt=0)
     """AdamW learning rate."""
@@ -99,14 +113,20 @@ def update_policy(
     *,
     rng: np.random.Generator,
     reference: torch.nn.Module | None = None,
+    world: World | None = None,
 ) -> dict[str, float]:
     """Update ``model`` in place; returns ``loss/…``, ``policy/…``, ``perf/…`` metrics (minibatch means).
 
     Args:
         trajectories: the kept trajectories of the step, ``(n_traj,)``.
         advantages: their advantages ``(n_traj,)``.
-        rng: shuffles the minibatches (seeded by the caller for reproducible resumes).
+        rng: shuffles the minibatches (seeded by the caller for reproducible resumes; the same on
+            every rank).
         reference: frozen reference policy for the KL term; needed only when ``kl_coef > 0``.
+        world: this process's rank in a data-parallel update (``model`` wrapped by
+            :func:`gagar.train.distributed.wrap_model`): it computes the loss of its rows of each
+            minibatch, divided by the minibatch's token count over every rank
+            (:mod:`gagar.train.distributed`); None updates alone.
     """
     if len(trajectories) != len(advantages):
         raise ValueError(f"{len(trajectories)} trajectories but {len(advantages)} advantages")
@@ -123,30 +143,39 @@ def update_policy(
     for _ in range(config.epochs):
         order = rng.permutation(usable)
         for first in range(0, len(order), config.minibatch_size):
-            chunk = [trajectories[i] for i in order[first : first + config.minibatch_size]]
+            minibatch = order[first : first + config.minibatch_size]
+            rows = shard(minibatch, world)
+            empty = not rows  # fewer rows than ranks: run a fully masked row, so the collectives match
+            rows = rows or [int(minibatch[0])]
+            chunk = [trajectories[i] for i in rows]
             packed = pack_sequences(
                 [t.prompt_token_ids for t in chunk], [t.response_token_ids for t in chunk], pad_id
             )
             width = packed.response_len
-            old = pad_rows([t.old_logprobs for t in chunk], width, 0.0, torch.float32)  # (mb, width)
-            mask = pad_rows([t.loss_mask for t in chunk], width, 0, torch.float32)  # (mb, width)
-            adv = torch.tensor(advantages[order[first : first + config.minibatch_size]], dtype=torch.float32)
+            old = pad_rows([t.old_logprobs for t in chunk], width, 0.0, torch.float32)  # (rows, width)
+            mask = pad_rows([t.loss_mask for t in chunk], width, 0, torch.float32)  # (rows, width)
+            mask = mask * 0.0 if empty else mask
+            adv = torch.tensor(advantages[rows], dtype=torch.float32)
+            n_tokens = all_reduce_sum(float(mask.sum()), world)  # the whole minibatch's tokens
             args = (packed.input_ids, packed.attention_mask, packed.response_start, width, temperature)
-            logprobs = response_logprobs(model, *args)  # (mb, width)
+            logprobs = response_logprobs(model, *args)  # (rows, width)
             ref = None
             if config.loss.kl_coef > 0:
                 with torch.no_grad():
                     ref = response_logprobs(reference, *args)
-            loss, metrics = policy_loss(logprobs, old, adv, mask, config.loss, ref_logprobs=ref)
+            loss, metrics = policy_loss(
+                logprobs, old, adv, mask, config.loss, ref_logprobs=ref, n_tokens=n_tokens
+            )
+            metrics = reduce_metrics(metrics, float(mask.sum()), world)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss * (world.size if world else 1)).backward()  # DDP and FSDP average the ranks' gradients
             params = [p for p in model.parameters() if p.requires_grad]
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
             optimizer.step()
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + float(value)
             steps += 1
-            tokens += int(mask.sum())
+            tokens += int(n_tokens)
     elapsed = time.perf_counter() - start
     out = {key: value / steps for key, value in totals.items()}
     out.update(
@@ -172,8 +201,13 @@ def run_update(
     keep_last: int = 3,
     lora: LoraSettings | None = None,
     policy_version: str | None = None,
+    strategy: Strategy = Strategy.DDP,
 ) -> dict[str, float]:
     """Load ``policy``, update it on the train ``batch``, write checkpoint ``step`` (with the tokenizer).
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process runs this with the same arguments: the
+    update is data-parallel (``strategy``, :mod:`gagar.train.distributed`) and rank 0 alone writes
+    the checkpoint; the result equals one process's update on the same batch.
 
     ``trajectories`` hold (at least) every trajectory the batch names. The optimizer state
     continues from the latest checkpoint under ``checkpoints``, if any. With ``lora.enabled`` only
@@ -204,6 +238,9 @@ def run_update(
         )
     else:
         model, tokenizer = load_policy(policy)
+    world = init_world()
+    if world is not None and strategy is Strategy.FSDP and lora.enabled:
+        raise ValueError("fsdp shards full-weight updates; a LoRA adapter is small: use ddp")
     optimizer = make_optimizer(model, config)
     manager = CheckpointManager(checkpoints, keep_last=keep_last)
     previous = manager.latest()
@@ -211,8 +248,17 @@ def run_update(
         manager.load_optimizer(previous, optimizer)
     ref_model = load_policy(reference)[0] if config.loss.kl_coef > 0 and reference is not None else None
     torch.manual_seed(seed * 1_000_003 + step)
+    trained = wrap_model(model, strategy, world)
+    log.info(
+        "step %d: updating on %d trajectories, %d process(es), %d epoch(s) of minibatches of %d",
+        step, len(entries), world.size if world else 1, config.epochs, config.minibatch_size,
+    )  # fmt: skip
+    if world is not None and strategy is Strategy.FSDP:
+        optimizer = make_optimizer(trained, config)  # over the sharded parameters
+        if previous is not None and previous.step < step:
+            _load_full_optimizer(manager, previous, trained, optimizer)
     metrics = update_policy(
-        model,
+        trained,
         optimizer,
         [by_id[e.trajectory_id] for e in entries],
         np.array([e.advantage for e in entries], dtype=np.float64),
@@ -220,7 +266,55 @@ def run_update(
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         rng=np.random.default_rng([seed, step]),
         reference=ref_model,
+        world=world,
     )
     model.eval()
-    manager.save(step, model, optimizer, extra_state={"metrics": metrics}, tokenizer=tokenizer)
+    if world is not None and strategy is Strategy.FSDP:
+        return _save_sharded(manager, step, trained, optimizer, tokenizer, metrics, world)
+    if world is None or world.is_main:
+        manager.save(
+            step, unwrapped(trained), optimizer, extra_state={"metrics": metrics}, tokenizer=tokenizer
+        )
+    if world is not None:
+        import torch.distributed as dist
+
+        dist.barrier()  # no rank returns before the checkpoint exists
+    return metrics
+
+
+def _load_full_optimizer(
+    manager: CheckpointManager, ckpt: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    """Restore a checkpoint's full (unsharded) optimizer state into an FSDP-sharded optimizer."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    full = torch.load(ckpt.path / "optimizer.pt", map_location="cpu", weights_only=True)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+    set_optimizer_state_dict(model, optimizer, full, options=options)
+
+
+def _save_sharded(
+    manager: CheckpointManager,
+    step: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: Any,
+    metrics: dict[str, float],
+    world: World,
+) -> dict[str, float]:
+    """Gather an FSDP model's and optimizer's full state on rank 0 and write the checkpoint there.
+
+    The optimizer state is saved keyed by parameter name (torch's full state-dict form), which is
+    what :func:`_load_full_optimizer` reads back; the weights load into the unsharded model."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights, optim_state = get_state_dict(model, optimizer, options=options)
+    if world.is_main:
+        extra = {"metrics": metrics}
+        manager.save(
+            step, model, optimizer, extra_state=extra, tokenizer=tokenizer, full_state=(weights, optim_state)
+        )
+    dist.barrier()
     return metrics

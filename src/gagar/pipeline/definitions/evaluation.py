@@ -39,6 +39,7 @@ def build(options: PlatformOptions | None = None) -> Any:
         sampled = rollout(
             policy=start.outputs["policy"],
             step=start.outputs["step"],
+            storage=storage,
             tasks=start.outputs["tasks"],
             groups=groups,
             group_size=group_size,

@@ -1,4 +1,4 @@
-"""Grader: dynamic sampling (once a step), then rank the passing trajectories of every kept group."""
+"""Grader: rank the passing trajectories of every group the step's selection kept."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Output
@@ -11,30 +11,27 @@ def grade(
     tasks: Input[Dataset],
     trajectories: Input[Dataset],
     results: Input[Dataset],
-    selection: Output[Dataset],
+    selection: Input[Dataset],
     grades: Output[Dataset],
     metrics: Output[Metrics],
     algo: str = "gagar",
-    train_batch_groups: int = 8,
     grader: str = "heuristic",
     grader_model: str = "",
     endpoint: str = "",
     max_steps: int = 8,
     position_guard: float = 0.0,
 ):
-    """The step's selection (``gagar.stages.select_stage``) and one Grade per kept group
-    (``gagar.stages.grade_stage``); nothing to grade unless algo is gagar.
+    """One Grade per group the step's selection kept (``gagar.stages.grade_stage``); nothing to grade
+    unless algo is gagar.
 
     Args:
         tasks: the tasks (JSONL).
-        trajectories: the step's trajectories (JSONL).
+        trajectories: the step's trajectories, every generation batch consumed (JSONL).
         results: their test results (JSONL).
-        selection: what dynamic sampling kept and its ``sampling/…`` counts (one KeptBatch record,
-            JSONL); redistribute reads it instead of selecting again.
+        selection: what dynamic sampling kept (the select stage's KeptBatch record, JSONL).
         grades: one Grade per kept group (JSONL; empty for grpo and dr_grpo).
         metrics: ``grader/…`` metrics and ``perf/grade_s``.
         algo: the advantage estimator; only ``gagar`` needs grades.
-        train_batch_groups: groups the update trains on (dynamic sampling keeps at most these).
         grader: ``heuristic``, ``learned`` or ``llm``.
         grader_model: directory of the learned grader inside the image or a mounted volume.
         endpoint: OpenAI-compatible base URL of the ``llm`` grader.
@@ -56,7 +53,6 @@ def grade(
             grader=grader,
             grader_model=grader_model,
             endpoint=endpoint,
-            train_batch_groups=train_batch_groups,
             max_steps=max_steps,
             position_guard=position_guard,
         ),

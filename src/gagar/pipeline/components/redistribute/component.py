@@ -1,4 +1,4 @@
-"""Redistribute: GRPO advantages of the grade stage's selection, then GAGAR's rank-weighted credit."""
+"""Redistribute: GRPO advantages of the select stage's selection, then GAGAR's rank-weighted credit."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Output
@@ -22,7 +22,7 @@ def redistribute(
     """The train batch with each trajectory's advantage (``gagar.stages.redistribute_stage``).
 
     Args:
-        selection: what dynamic sampling kept, with its counts (the grade stage's ``selection``).
+        selection: what dynamic sampling kept, with its counts (the select stage's ``selection``).
         grades: the kept groups' grades (JSONL; ignored unless algo is gagar).
         batch: the kept trajectories with reward, GRPO and final advantage, rank (JSONL).
         metrics: ``sampling/…`` (``sampling/batch_full`` is 0 when fewer groups than wanted were kept),

@@ -10,9 +10,11 @@ from gagar.pipeline.images import stage_image
 def rollout(
     policy: str,
     step: int,
+    storage: str,
     tasks: Input[Dataset],
     trajectories: Output[Dataset],
     metrics: Output[Metrics],
+    gen_batch: int = 0,
     groups: int = 16,
     group_size: int = 8,
     seed: int = 0,
@@ -21,6 +23,8 @@ def rollout(
     max_new_tokens: int = 256,
     backend: str = "hf",
     endpoint: str = "",
+    served_model: str = "policy",
+    adapters_dir: str = "",
 ):
     """Sample ``group_size`` trajectories for each of ``groups`` tasks (``gagar.stages.rollout_stage``).
 
@@ -30,14 +34,19 @@ def rollout(
         tasks: the training tasks (JSONL).
         trajectories: the sampled trajectories (JSONL).
         metrics: ``rollout/…`` metrics and ``perf/rollout_s``.
+        gen_batch: which generation batch of the step (0, 1, … for refills; seeds the tasks drawn).
         groups: tasks sampled (the generation batch; oversample over the train batch).
         group_size: trajectories per task.
         seed: run seed.
         temperature: sampling temperature.
         top_p: nucleus sampling mass.
         max_new_tokens: longest answer.
-        backend: ``hf`` (in process), ``vllm`` (in process, GPU) or ``openai`` (a warm server).
-        endpoint: OpenAI-compatible base URL of the ``openai`` backend; empty otherwise.
+        backend: ``hf`` (in process), ``vllm`` (in process, GPU), ``openai`` (a server) or ``server``
+            (the warm policy server, made to serve the step's LoRA adapter first).
+        endpoint: OpenAI-compatible base URL of the ``openai`` and ``server`` backends; empty otherwise.
+        storage: the run's artifact store (where the ``server`` backend's adapters are published).
+        served_model: the server's name for its base model (the version sampled before any update).
+        adapters_dir: where the server reads published adapters; empty: the local store's ``adapters/``.
     """
     from gagar.pipeline import store_stages
 
@@ -48,6 +57,7 @@ def rollout(
             tasks=tasks.path,
             trajectories=trajectories.path,
             step=step,
+            gen_batch=gen_batch,
             groups=groups,
             group_size=group_size,
             seed=seed,
@@ -56,5 +66,8 @@ def rollout(
             max_new_tokens=max_new_tokens,
             backend=backend,
             endpoint=endpoint,
+            storage=storage,
+            served_model=served_model,
+            adapters_dir=adapters_dir,
         ),
     )

@@ -9,14 +9,14 @@ from gagar.pipeline.images import stage_image
 @dsl.component(base_image=stage_image("train"), install_kfp_package=False)
 def train(
     storage: str,
+    model: str,
     policy: str,
     step: int,
     trajectories: Input[Dataset],
     results: Input[Dataset],
     grades: Input[Dataset],
     batch: Input[Dataset],
-    rollout_metrics: Input[Metrics],
-    sandbox_metrics: Input[Metrics],
+    select_metrics: Input[Metrics],
     grade_metrics: Input[Metrics],
     redistribute_metrics: Input[Metrics],
     metrics: Output[Metrics],
@@ -27,6 +27,15 @@ def train(
     minibatch_size: int = 16,
     keep_checkpoints: int = 3,
     pushgateway: str = "",
+    lora: bool = False,
+    lora_rank: int = 8,
+    lora_alpha: float = 16.0,
+    rollout_backend: str = "hf",
+    served_model: str = "policy",
+    nodes: int = 1,
+    procs_per_node: int = 1,
+    strategy: str = "ddp",
+    runtime: str = "",
 ):
     """Update the policy (``gagar.stages.train_stage``) and publish ``checkpoints/step-N`` to the store.
 
@@ -34,12 +43,12 @@ def train(
         storage: the run's artifact store: a local directory or ``s3://bucket/prefix``.
         policy: the policy the step sampled from (``prepare``'s output).
         step: the RL step; the checkpoint is published as ``checkpoints/step-N``.
-        trajectories: the step's trajectories (JSONL).
+        trajectories: the step's trajectories, every generation batch consumed (JSONL).
         results: their test results (JSONL; each run's seconds feed the sandbox duration histogram).
         grades: the kept groups' grades (JSONL; each group's seconds feed the grader histogram).
         batch: the train batch with advantages (JSONL).
-        rollout_metrics: the rollout task's metrics (merged into the step's record).
-        sandbox_metrics: the sandbox task's metrics.
+        select_metrics: the select task's metrics: the step's sampling, rollout and sandbox
+            metrics over every generation batch (merged into the step's record).
         grade_metrics: the grade task's metrics.
         redistribute_metrics: the redistribute task's metrics.
         metrics: ``loss/…``, ``policy/…`` and ``perf/train_s``.
@@ -50,6 +59,17 @@ def train(
         minibatch_size: trajectories per optimizer step.
         keep_checkpoints: checkpoints kept in the store.
         pushgateway: Prometheus Pushgateway URL the step's metrics go to; empty pushes nothing.
+        model: the initial policy (the base a LoRA adapter is trained on).
+        lora: train a LoRA adapter (published as ``adapters/policy-step-N``) instead of every weight.
+        lora_rank: rank of the adapter.
+        lora_alpha: scale numerator of the adapter.
+        rollout_backend: the rollout's backend; with ``server`` every trajectory must carry the
+            version the warm server sampled the step under.
+        served_model: the policy server's name for its base model.
+        nodes: nodes of a distributed update (a Kubeflow Trainer TrainJob).
+        procs_per_node: processes per node (torchrun's --nproc-per-node).
+        strategy: ``ddp`` or ``fsdp``.
+        runtime: the ClusterTrainingRuntime of the TrainJob; empty updates in this pod.
     """
     from gagar.pipeline import store_stages
 
@@ -68,11 +88,20 @@ def train(
             epochs=epochs,
             minibatch_size=minibatch_size,
             keep_checkpoints=keep_checkpoints,
-            rollout_metrics=rollout_metrics.metadata,
-            sandbox_metrics=sandbox_metrics.metadata,
+            select_metrics=select_metrics.metadata,
             grade_metrics=grade_metrics.metadata,
             redistribute_metrics=redistribute_metrics.metadata,
             summary=summary.path,
             pushgateway=pushgateway,
+            model=model,
+            lora=lora,
+            lora_rank=lora_rank,
+            lora_alpha=lora_alpha,
+            rollout_backend=rollout_backend,
+            served_model=served_model,
+            nodes=nodes,
+            procs_per_node=procs_per_node,
+            strategy=strategy,
+            runtime=runtime,
         ),
     )

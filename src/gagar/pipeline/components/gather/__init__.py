@@ -1,0 +1,1 @@
+"""The gather component (see README.md)."""

@@ -1,0 +1,1 @@
+"""The select component (see README.md)."""
