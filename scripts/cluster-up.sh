@@ -192,7 +192,7 @@ EOF
     --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" \
     --container-runtime docker --docker-endpoint "unix://$docker_sock" --pod-infra-container-image "$pause_image" \
     --image-gc-high-threshold 100 --image-pull-progress-deadline 10m \
-    --cgroup-driver cgroupfs --cgroups-per-qos=false --enforce-node-allocatable "" --fail-swap-on=false \
+    --cgroup-driver cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= --fail-swap-on=false \
     --cluster-dns 10.96.0.10 --cluster-domain cluster.local --serialize-image-pulls=false
   ready() { api "/api/v1/nodes/$node" | jq -e '.status.conditions[] | select(.type=="Ready") | .status=="True"'; }
   wait_for "node $node" 120 ready

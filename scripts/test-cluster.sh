@@ -17,10 +17,13 @@ py() { PYTHONPATH=$PWD/src "$python" -c "from gagar.pipeline import images as m;
 sandbox_image=$(py 'print(m.stage_image("sandbox"))')
 pushgateway_image=localhost/gagar-test/pushgateway:debian
 
-# the images: the sandbox stage image (make images), a Pushgateway from Debian's binary on the same base
-if ! "$engine" image inspect "$sandbox_image" >/dev/null 2>&1; then
-  IMAGES=sandbox bash scripts/build-images.sh
-fi
+# the images: every stage image (make images; the pipeline's DockerRunner run uses them all), and a
+# Pushgateway from Debian's binary on the same base
+missing=""
+for stage in $(py 'print(" ".join(m.STAGES))'); do
+  "$engine" image inspect "$(py "print(m.stage_image('$stage', variant='cpu'))")" >/dev/null 2>&1 || missing="$missing $stage"
+done
+[ -z "$missing" ] || IMAGES="$missing" bash scripts/build-images.sh
 if ! "$engine" image inspect "$pushgateway_image" >/dev/null 2>&1; then
   command -v prometheus-pushgateway >/dev/null || { echo "test-cluster.sh: prometheus-pushgateway is missing (make system-deps)" >&2; exit 1; }
   context=$(mktemp -d)
@@ -31,7 +34,19 @@ if ! "$engine" image inspect "$pushgateway_image" >/dev/null 2>&1; then
   rm -rf "$context"
 fi
 
-trap 'bash scripts/cluster-down.sh' EXIT
+# the Docker API kfp.local's DockerRunner uses: podman's, on a socket of this run (docker: DOCKER_HOST as set)
+service_pid=""
+stop_all() {
+  [ -n "$service_pid" ] && kill -TERM "$service_pid" 2>/dev/null && wait "$service_pid" 2>/dev/null
+  bash scripts/cluster-down.sh
+}
+trap stop_all EXIT
+if [ "$engine" = podman ]; then
+  mkdir -p "$state"
+  podman system service --time=0 "unix://$state/podman.sock" > "$state/podman-service.log" 2>&1 &
+  service_pid=$!
+  export DOCKER_HOST="unix://$state/podman.sock"
+fi
 eval "$(bash scripts/cluster-up.sh)"
 docker_sock="unix://$state/docker.sock"
 for image in "$sandbox_image" "$pushgateway_image"; do
