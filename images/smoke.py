@@ -212,6 +212,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in SMOKES:
         print(f"usage: python smoke.py {{{','.join(SMOKES)}}}", file=sys.stderr)
         return 2
+    import gagar.pipeline.store_stages  # noqa: F401  what every pipeline component imports first
+
     with tempfile.TemporaryDirectory() as tmp:
         print(f"{argv[0]}: {SMOKES[argv[0]](Path(tmp))}")
     return 0

@@ -7,8 +7,10 @@ components, which the pipeline has none of. The Docker API is ``DOCKER_HOST`` (d
 ``podman system service`` as scripts/test-cluster.sh starts it). The sandbox task, which in its
 image runs as uid 1000 and cannot drop to sandbox uids, uses the Kubernetes backend against the
 test cluster (host network, an embedded-certificate kubeconfig under the pipeline root); the
-subprocess run uses the local backend. Same seeds, same tiny policy and tasks: the trajectories,
-their verdicts, the kept groups, the advantages and the losses must agree.
+subprocess run uses the local backend. Same seeds, same tiny policy and tasks: the trajectories and
+every metric but the timings (verdicts, kept groups, advantages, tokens) must agree. The tiny policy
+is untrained, so no group has a passing member and no update moves the weights: what this pins is
+the path through the images, not the optimiser.
 """
 
 from __future__ import annotations
@@ -123,13 +125,13 @@ def test_step_metrics_agree(runs, key: str) -> None:
     assert [r.get(key) for r in sub.steps] == [r.get(key) for r in docker.steps]
 
 
-def test_losses_agree(runs) -> None:
+def test_every_metric_but_timings_agrees(runs) -> None:
     sub, docker = runs
     for a, b in zip(sub.steps, docker.steps, strict=True):
-        losses = [k for k in a if k.startswith("loss/")]
-        assert losses
-        for key in losses:
-            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+        keys = {k for k in a if not k.startswith("perf/") and "duration" not in k}
+        assert keys == {k for k in b if not k.startswith("perf/") and "duration" not in k}
+        for key in sorted(keys):
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), key
 
 
 def test_trajectories_agree(runs) -> None:

@@ -5,9 +5,10 @@ Every component runs as a local Python process (``SubprocessRunner``, this inter
 socket: dockerd or ``podman system service``; the images of ``make images``). The tasks'
 artifacts land under ``<out>/kfp-root`` and the RL state (checkpoints, step metrics) in the
 ``storage`` store; in containers only ``<out>/kfp-root`` is mounted (at the same path), so the
-store, the policy and the tasks must lie under it. The report splits the wall time into the stage
-functions' own time and the rest: orchestration overhead (process starts, imports, KFP's executor,
-artifact and store copies).
+store, the policy and the tasks must lie under it (made readable to the images' uid 1000).
+
+The report splits the wall time into the stage functions' own time and the rest: orchestration
+overhead (process starts, imports, KFP's executor, artifact and store copies).
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ def _runner(container: ContainerSettings | None, root: Path, arguments: dict[str
         value = arguments.get(key)
         if value and "://" not in str(value) and not Path(value).resolve().is_relative_to(root):
             raise ValueError(f"{key} {value} is not under {root}: the containers see only that folder")
-    root.chmod(0o777)  # the stage images run as uid 1000
+    # the stage images run as uid 1000: the root writable, what is already under it readable
+    root.chmod(0o777)
+    for path in root.rglob("*"):
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
     return local.DockerRunner(network_mode=container.network_mode, environment=dict(container.environment))
 
 
