@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUN_DIR ?= runs/local
 
-.PHONY: run embedded test test-fast check-wheel install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm
+.PHONY: run embedded test test-fast check-wheel install install-dev system-deps sandbox-deps lint format bench clean vllm-env test-warm images test-cluster cluster-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,19 @@ vllm-env:
 # The warm-inference tests against a real vLLM server, including a 2-step RL loop through it.
 test-warm: install-dev system-deps vllm-env
 	GAGAR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(BIN)/pytest tests/warm
+
+# Container engine, debootstrap, the Kubernetes build tools, etcd (apt): what make images and make test-cluster use.
+cluster-deps:
+	bash scripts/install-system-deps.sh --cluster
+
+# Every stage image (podman, a local debootstrap base; CPU variants of the CUDA ones), each run once as uid 1000
+# with no network (docs/cluster.md).
+images: cluster-deps
+	bash scripts/build-images.sh
+
+# A one-node Kubernetes 1.20 from Debian's source (binaries cached), then the cluster tests, then the cluster down.
+test-cluster: install-dev system-deps cluster-deps
+	PYTHON=$(abspath $(BIN))/python bash scripts/test-cluster.sh
 
 format: install-dev
 	$(BIN)/ruff format .

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from gagar.pipeline.images import CPU_BASE, CPU_BUILD_ARGS, CPU_TORCH, stage_image
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["rollout", "sandbox", "grader", "redistribute", "train"]
@@ -15,10 +18,17 @@ def _dockerfile(stage: str) -> str:
     return (ROOT / "images" / stage / "Dockerfile").read_text()
 
 
+def _base(text: str) -> str:
+    """The base image of a Dockerfile, ``${ARG}`` resolved to the argument's default."""
+    (base,) = re.findall(r"^FROM\s+(\S+)", text, flags=re.M)
+    defaults = dict(re.findall(r"^ARG\s+(\w+)=(\S+)", text, flags=re.M))
+    return re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], base)
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_image_is_pinned_and_non_root(stage):
     text = _dockerfile(stage)
-    (base,) = re.findall(r"^FROM\s+(\S+)", text, flags=re.M)
+    base = _base(text)
     assert ":" in base, f"{stage}: base image {base} has no tag"
     assert not base.endswith(":latest"), f"{stage}: base image {base} is not pinned"
     users = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
@@ -53,3 +63,40 @@ def test_constraints_pin_exact_versions_matching_pyproject():
 def test_only_gpu_stages_carry_torch():
     for stage in ("sandbox", "redistribute"):
         assert "policy" not in _dockerfile(stage), f"{stage} should not install torch"
+
+
+@pytest.mark.parametrize("stage", sorted(CPU_BUILD_ARGS))
+def test_cpu_variant_sets_only_arguments_its_dockerfile_declares(stage):
+    text = _dockerfile(stage)
+    declared = set(re.findall(r"^ARG\s+(\w+)", text, flags=re.M))
+    assert set(CPU_BUILD_ARGS[stage]) <= declared
+    assert _base(text) == CPU_BASE or CPU_BUILD_ARGS[stage].get("BASE") == CPU_BASE
+    assert CPU_BUILD_ARGS[stage]["TORCH"] == CPU_TORCH
+    # the CPU torch comes from the bind-mounted local wheels, never copied into a layer
+    assert "--mount=type=bind,source=images/wheels,target=/wheels" in text
+    assert "--find-links /wheels" in text
+
+
+def test_cpu_torch_is_the_pinned_torch():
+    assert CPU_TORCH.split("+")[0] == "torch==2.13.0"
+    assert f'"{CPU_TORCH.split("+")[0]}"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_only_cuda_stages_have_a_cpu_variant():
+    assert set(CPU_BUILD_ARGS) == {"rollout", "grader", "train"}
+    assert set(CPU_BUILD_ARGS) <= set(STAGES)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_stage_has_a_smoke_run(stage):
+    spec = importlib.util.spec_from_file_location("images_smoke", ROOT / "images" / "smoke.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert stage in module.SMOKES
+
+
+def test_cpu_variant_names():
+    assert stage_image("train", variant="cpu").endswith(":0.1.0-cpu")
+    assert stage_image("sandbox", variant="cpu") == stage_image("sandbox")
+    with pytest.raises(ValueError, match="variant"):
+        stage_image("train", variant="rocm")

@@ -44,6 +44,7 @@ def render(
     api_versions: Sequence[str] = (),
     name: str = RELEASE,
     namespace: str = NAMESPACE,
+    kube_version: str = KUBE_VERSION,
 ) -> dict[str, str]:
     """Render the chart as ``helm template`` would, returning ``{template path: manifest text}``.
 
@@ -51,7 +52,7 @@ def render(
     advertise, which the monitoring templates test; the native call it wraps accepts them
     (``api_versions``, ``kube_version``), so this goes through it directly.
     """
-    options = {"name": name, "namespace": namespace, "kube_version": f"v{KUBE_VERSION}", "is_install": True}
+    options = {"name": name, "namespace": namespace, "kube_version": f"v{kube_version}", "is_install": True}
     if api_versions:
         options["api_versions"] = list(api_versions)
     with helm_python.Chart.load(CHART_DIR) as chart:

@@ -84,6 +84,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-pushgateway" (include "gagar.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Whether the cluster's Kubernetes is at least the given version, e.g. `include "gagar.kube.atLeast" (list . "1.23")`:
+what older servers lack (a field or an API) is rendered only where it exists.
+*/}}
+{{- define "gagar.kube.atLeast" -}}
+{{- $ctx := index . 0 -}}
+{{- if semverCompare (printf ">=%s-0" (index . 1)) $ctx.Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- end -}}
+
 {{/* Whether the cluster serves the Prometheus operator API. */}}
 {{- define "gagar.monitoring.apiAvailable" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" -}}true{{- end -}}

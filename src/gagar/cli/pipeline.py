@@ -29,6 +29,9 @@ def compile_(
     ),
     image_registry: str = typer.Option(DEFAULT_REGISTRY, help="Registry of the stage images."),
     image_tag: str = typer.Option(__version__, help="Tag of the stage images."),
+    image_variant: str = typer.Option(
+        "", help="'cpu': the CPU variants of the CUDA stage images (make images); '' the release images."
+    ),
     store_secret: str = typer.Option(
         "mlpipeline-minio-artifact", help="Secret with the S3 keys ('' passes none, e.g. with IRSA)."
     ),
@@ -69,6 +72,7 @@ def compile_(
         options = PlatformOptions(
             image_registry=image_registry,
             image_tag=image_tag,
+            image_variant=image_variant or None,
             store_secret=store_secret or None,
             settings_configmap=settings_configmap or None,
             gpus=(("rollout", 1), ("train", 1)) if gpus else (),

@@ -178,7 +178,7 @@ def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOption
     files = spec.artifact_inputs
     container: dict[str, Any] = {
         "name": "main",
-        "image": stage_image(spec.image, platform.image_registry, platform.image_tag),
+        "image": stage_image(spec.image, platform.image_registry, platform.image_tag, platform.image_variant),
         "command": ["python", "-m", "gagar.pipeline.argo_entry"],
         "args": [spec.name, "--io-root", IO_ROOT, *(f"{n}={{{{inputs.parameters.{n}}}}}" for n in values)],
         "env": _env(spec, platform),

@@ -1,9 +1,14 @@
 """Run the RL pipeline on this machine through ``kfp.local`` (the embedded default, no cluster).
 
-Every component runs as a local Python process (``SubprocessRunner``, this interpreter); the
-tasks' artifacts land under ``<out>/kfp-root`` and the RL state (checkpoints, step metrics) in the
-``storage`` store. The report splits the wall time into the stage functions' own time and the rest:
-orchestration overhead (process starts, imports, KFP's executor, artifact and store copies).
+Every component runs as a local Python process (``SubprocessRunner``, this interpreter), or with
+``container=ContainerSettings(...)`` in its stage image through ``DockerRunner`` (a Docker API
+socket: dockerd or ``podman system service``; the images of ``make images``). The tasks'
+artifacts land under ``<out>/kfp-root`` and the RL state (checkpoints, step metrics) in the
+``storage`` store; in containers only ``<out>/kfp-root`` is mounted (at the same path), so the
+store, the policy and the tasks must lie under it (made readable to the images' uid 1000).
+
+The report splits the wall time into the stage functions' own time and the rest: orchestration
+overhead (process starts, imports, KFP's executor, artifact and store copies).
 """
 
 from __future__ import annotations
@@ -18,10 +23,22 @@ from gagar.pipeline.build import build_pipeline
 from gagar.pipeline.platform import PlatformOptions
 from gagar.pipeline.store import normalise_storage, read_step_metrics
 
-__all__ = ["STAGE_TIMERS", "LocalRun", "run_local"]
+__all__ = ["STAGE_TIMERS", "ContainerSettings", "LocalRun", "run_local"]
 
 STAGE_TIMERS = ("perf/rollout_s", "perf/sandbox_s", "perf/grade_s", "perf/redistribute_s", "perf/train_s")
 """The metric keys holding each stage function's own duration."""
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """How ``DockerRunner`` runs each task's container."""
+
+    image_variant: str | None = "cpu"
+    """Which stage images the tasks name (``cpu``: the CPU variants ``make images`` builds)."""
+    network_mode: str = "bridge"
+    """Docker network of the containers (``host`` where a task must reach a loopback API server)."""
+    environment: tuple[tuple[str, str], ...] = ()
+    """Variables every container gets, e.g. ``KUBECONFIG`` of the Kubernetes sandbox backend."""
 
 
 @dataclass(frozen=True)
@@ -58,16 +75,40 @@ class LocalRun:
         )
 
 
+def _runner(container: ContainerSettings | None, root: Path, arguments: dict[str, Any]) -> Any:
+    from kfp import local
+
+    if container is None:
+        return local.SubprocessRunner(use_venv=False)
+    for key in ("storage", "model", "tasks"):
+        value = arguments.get(key)
+        if value and "://" not in str(value) and not Path(value).resolve().is_relative_to(root):
+            raise ValueError(f"{key} {value} is not under {root}: the containers see only that folder")
+    # the stage images run as uid 1000: the root writable, what is already under it readable
+    root.chmod(0o777)
+    for path in root.rglob("*"):
+        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
+    return local.DockerRunner(network_mode=container.network_mode, environment=dict(container.environment))
+
+
 def run_local(
-    arguments: dict[str, Any], *, out: str | Path, steps: int = 1, max_gen_batches: int | None = None
+    arguments: dict[str, Any],
+    *,
+    out: str | Path,
+    steps: int = 1,
+    max_gen_batches: int | None = None,
+    container: ContainerSettings | None = None,
 ) -> LocalRun:
     """Run ``steps`` RL steps of the pipeline with ``arguments`` (its parameters) through ``kfp.local``,
     each drawing at most ``max_gen_batches`` generation batches (None: the pipeline's default).
 
     ``arguments["storage"]`` is made absolute. KFP logs each task's start, output and end to stdout.
+    ``container``: run each task in its stage image (see the module docstring); None runs them as
+    local processes.
 
     Raises:
         RuntimeError: a task failed (KFP names it in the message).
+        ValueError: with ``container``, a local store, policy or tasks path outside ``<out>/kfp-root``.
     """
     from kfp import local
 
@@ -75,11 +116,10 @@ def run_local(
     root.mkdir(parents=True, exist_ok=True)
     arguments = {**arguments, "storage": normalise_storage(arguments["storage"])}
     done = {row["step"] for row in read_step_metrics(arguments["storage"])}
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root), raise_on_error=True)
+    local.init(runner=_runner(container, root, arguments), pipeline_root=str(root), raise_on_error=True)
     # kfp.local honours retries; a local failure is not transient, so fail at once.
-    pipeline = build_pipeline(
-        "rl", steps_per_run=steps, options=PlatformOptions(retries=0), max_gen_batches=max_gen_batches
-    )
+    options = PlatformOptions(retries=0, image_variant=container.image_variant if container else None)
+    pipeline = build_pipeline("rl", steps_per_run=steps, options=options, max_gen_batches=max_gen_batches)
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)

@@ -30,6 +30,8 @@ class PlatformOptions:
     """Registry and organisation of the stage images (``<registry>/gagar-<stage>:<tag>``)."""
     image_tag: str = __version__
     """Tag of every stage image."""
+    image_variant: str | None = None
+    """``cpu``: the CPU variants of the stages whose release image needs CUDA (``make images``)."""
     store_secret: str | None = "mlpipeline-minio-artifact"
     """Secret holding the S3 keys (KFP's own by default); None passes no credentials (e.g. IRSA)."""
     store_secret_keys: tuple[str, str] = ("accesskey", "secretkey")
@@ -58,7 +60,9 @@ def configure(task: Any, name: str, image: str, options: PlatformOptions, *, sto
     """
     from kfp import kubernetes
 
-    task.set_container_image(stage_image(image, options.image_registry, options.image_tag))
+    task.set_container_image(
+        stage_image(image, options.image_registry, options.image_tag, options.image_variant)
+    )
     task.set_caching_options(False)
     if options.retries and name != "train":
         task.set_retry(options.retries, backoff_duration="30s", backoff_factor=2.0)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make test-cluster`: a one-node Kubernetes 1.20 (scripts/cluster-up.sh), the images its pods need,
+# then the cluster tests (tests/cluster, tests/sandbox/test_k8s_cluster.py), then the cluster down again
+# whatever happened. Prints the wall time. Extra arguments go to pytest.
+#   PYTHON    interpreter with gagar[dev] (default .venv/bin/python)
+#   ENGINE    the engine that built the images (default podman)
+#   GAGAR_CLUSTER_DIR, K8S_CACHE: see scripts/cluster-up.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+python=${PYTHON:-.venv/bin/python}
+engine=${ENGINE:-podman}
+[ "$engine" = podman ] && export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/scripts/podman-containers.conf}
+state=${GAGAR_CLUSTER_DIR:-/var/lib/gagar/cluster}
+export GAGAR_CLUSTER_DIR=$state
+py() { PYTHONPATH=$PWD/src "$python" -c "from gagar.pipeline import images as m; $1"; }
+sandbox_image=$(py 'print(m.stage_image("sandbox"))')
+pushgateway_image=localhost/gagar-test/pushgateway:debian
+
+# the images: every stage image (make images; the pipeline's DockerRunner run uses them all), and a
+# Pushgateway from Debian's binary on the same base
+missing=""
+for stage in $(py 'print(" ".join(m.STAGES))'); do
+  "$engine" image inspect "$(py "print(m.stage_image('$stage', variant='cpu'))")" >/dev/null 2>&1 || missing="$missing $stage"
+done
+[ -z "$missing" ] || IMAGES="$missing" bash scripts/build-images.sh
+if ! "$engine" image inspect "$pushgateway_image" >/dev/null 2>&1; then
+  command -v prometheus-pushgateway >/dev/null || { echo "test-cluster.sh: prometheus-pushgateway is missing (make system-deps)" >&2; exit 1; }
+  context=$(mktemp -d)
+  cp "$(command -v prometheus-pushgateway)" "$context/pushgateway"
+  printf 'FROM %s\nCOPY pushgateway /bin/pushgateway\nUSER 65534:65534\nENTRYPOINT ["/bin/pushgateway"]\n' \
+    "$(py 'print(m.CPU_BASE)')" > "$context/Dockerfile"
+  "$engine" build --pull=never -q -t "$pushgateway_image" "$context" >/dev/null
+  rm -rf "$context"
+fi
+
+# the Docker API kfp.local's DockerRunner uses: podman's, on a socket of this run (docker: DOCKER_HOST as set)
+service_pid=""
+stop_all() {
+  [ -n "$service_pid" ] && kill -TERM "$service_pid" 2>/dev/null && wait "$service_pid" 2>/dev/null
+  bash scripts/cluster-down.sh
+}
+trap stop_all EXIT
+if [ "$engine" = podman ]; then
+  mkdir -p "$state"
+  podman system service --time=0 "unix://$state/podman.sock" > "$state/podman-service.log" 2>&1 &
+  service_pid=$!
+  export DOCKER_HOST="unix://$state/podman.sock"
+fi
+eval "$(bash scripts/cluster-up.sh)"
+docker_sock="unix://$state/docker.sock"
+for image in "$sandbox_image" "$pushgateway_image"; do
+  "$engine" save "$image" | docker -H "$docker_sock" load >/dev/null
+done
+
+status=0
+GAGAR_K8S_TEST_IMAGE=$sandbox_image GAGAR_K8S_TEST_NAMESPACE=default \
+  GAGAR_TEST_PUSHGATEWAY_IMAGE=$pushgateway_image \
+  "$python" -m pytest -q -p no:cacheprovider tests/cluster tests/sandbox/test_k8s_cluster.py "$@" || status=$?
+echo "make test-cluster: pytest exit $status, $(($(date +%s) - started)) s in all" >&2
+exit "$status"
