@@ -1,27 +1,32 @@
 """KubernetesBackend against an in-process API double that runs each pod's real command locally.
 
-No cluster exists here, so ``FakeCluster`` stands in for CoreV1Api and NetworkingV1Api: it
-stores objects, raises real ApiExceptions on demand, and "runs" a pod by executing its
+``FakeCluster`` stands in for CoreV1Api and NetworkingV1Api: it stores objects, raises real
+ApiExceptions on demand, streams pod changes to watches, and "runs" a pod by executing its
 container command (the real in-pod runner, from the real ConfigMap data) in a temporary
-directory. Images named ``fault/...`` simulate kubelet outcomes instead.
+directory, its termination message read back from the file the runner wrote. Images named
+``fault/...`` simulate kubelet outcomes instead. The scale behaviour against a real API
+server is measured by ``benchmarks/k8s_scale.py``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gagar.sandbox.base import Prediction
-from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig, RetryPolicy
+from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig, RetryPolicy, to_dict
 from gagar.sandbox.patch import file_diff
 from gagar.schema.result import HackKind, Status, TestResult
 from gagar.schema.task import Task
@@ -66,18 +71,51 @@ def matches(labels: dict[str, str] | None, selector: str) -> bool:
     return all((labels or {}).get(k) == v for k, v in wanted.items())
 
 
+class WatchStream:
+    """A watch response: the cluster's events after ``since`` that match ``selector``, as JSON lines."""
+
+    def __init__(self, cluster: FakeCluster, selector: str, since: int, timeout_s: float) -> None:
+        self.cluster, self.selector, self.pos = cluster, selector, since
+        self.deadline = time.monotonic() + timeout_s
+        self.closed = False
+
+    def stream(self, amt=None, decode_content=False):
+        cluster = self.cluster
+        while not self.closed and time.monotonic() < self.deadline:
+            with cluster.changed:
+                if self.pos >= len(cluster.events):
+                    cluster.changed.wait(0.05)
+                new, self.pos = cluster.events[self.pos :], len(cluster.events)
+            for kind, obj in new:
+                if matches(obj["metadata"].get("labels"), self.selector):
+                    yield (json.dumps({"type": kind, "object": obj}) + "\n").encode()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        pass
+
+
 class FakeCluster:
-    """CoreV1Api + NetworkingV1Api double: same method names and arguments as the real client."""
+    """CoreV1Api + NetworkingV1Api double: same method names and arguments as the real client.
+
+    Pods are "run" by a kubelet thread started at creation; every change of a pod is an
+    event the watch (``list_namespaced_pod(watch=True)``) streams, as the API server would.
+    """
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, object]] = {"pod": {}, "cm": {}, "np": {}}
         self.faults: dict[str, list[ApiException]] = {}
         self.lose_create_response = False
+        self.drop_termination_messages = False
         self.calls: list[str] = []
         self.running = 0
         self.max_running = 0
         self.network_policies_seen: list[str] = []
+        self.events: list[tuple[str, dict]] = []
         self._lock = threading.Lock()
+        self.changed = threading.Condition(self._lock)
 
     def _enter(self, method: str) -> None:
         with self._lock:
@@ -85,6 +123,12 @@ class FakeCluster:
             errors = self.faults.get(method)
             if errors:
                 raise errors.pop(0)
+
+    def _event(self, kind: str, pod: client.V1Pod) -> None:
+        with self.changed:
+            pod.metadata.resource_version = str(len(self.events) + 1)
+            self.events.append((kind, to_dict(pod)))
+            self.changed.notify_all()
 
     def _store(self, kind: str, body: object) -> object:
         body.metadata.creation_timestamp = datetime.now(UTC)
@@ -100,10 +144,12 @@ class FakeCluster:
         except KeyError:
             raise ApiException(status=404, reason="NotFound") from None
 
-    def _delete(self, kind: str, name: str) -> None:
+    def _delete(self, kind: str, name: str) -> object:
         with self._lock:
-            if self.objects[kind].pop(name, None) is None:
-                raise ApiException(status=404, reason="NotFound")
+            obj = self.objects[kind].pop(name, None)
+        if obj is None:
+            raise ApiException(status=404, reason="NotFound")
+        return obj
 
     # ConfigMaps
     def create_namespaced_config_map(self, namespace, body):
@@ -118,7 +164,7 @@ class FakeCluster:
         self._delete("cm", name)
 
     def list_namespaced_config_map(self, namespace, label_selector):
-        items = [o for o in self.objects["cm"].values() if matches(o.metadata.labels, label_selector)]
+        items = [o for o in list(self.objects["cm"].values()) if matches(o.metadata.labels, label_selector)]
         return client.V1ConfigMapList(items=items)
 
     def delete_collection_namespaced_config_map(self, namespace, label_selector, grace_period_seconds=None):
@@ -134,6 +180,8 @@ class FakeCluster:
         with self._lock:
             self.running += 1
             self.max_running = max(self.max_running, self.running)
+        self._event("ADDED", stored)
+        threading.Thread(target=self._kubelet, args=(stored,), daemon=True).start()
         if self.lose_create_response:
             self.lose_create_response = False
             raise api_error(500)
@@ -141,29 +189,39 @@ class FakeCluster:
 
     def read_namespaced_pod(self, name, namespace):
         self._enter("read_namespaced_pod")
-        pod = self._get("pod", name)
-        if pod.status.phase == "Pending":
-            self._kubelet(pod)
-        return pod
+        return self._get("pod", name)
 
     def read_namespaced_pod_log(self, name, namespace, container):
         self._enter("read_namespaced_pod_log")
         return self._get("pod", name).log
 
-    def delete_namespaced_pod(self, name, namespace, grace_period_seconds=None):
-        self._enter("delete_namespaced_pod")
-        self._delete("pod", name)
+    def _gone(self, pod: client.V1Pod) -> None:
         with self._lock:
             self.running -= 1
+        self._event("DELETED", pod)
 
-    def list_namespaced_pod(self, namespace, label_selector):
-        items = [o for o in self.objects["pod"].values() if matches(o.metadata.labels, label_selector)]
-        return client.V1PodList(items=items)
+    def delete_namespaced_pod(self, name, namespace, grace_period_seconds=None):
+        self._enter("delete_namespaced_pod")
+        self._gone(self._delete("pod", name))
+
+    def list_namespaced_pod(self, namespace, label_selector, watch=False, resource_version=None, **kwargs):
+        if watch:
+            self._enter("watch_namespaced_pod")
+            return WatchStream(self, label_selector, int(resource_version), kwargs.get("timeout_seconds", 60))
+        self._enter("list_namespaced_pod")
+        with self._lock:
+            version = len(self.events)
+            items = [o for o in self.objects["pod"].values() if matches(o.metadata.labels, label_selector)]
+        if kwargs.get("_preload_content", True):
+            return client.V1PodList(items=items)
+        body = {"metadata": {"resourceVersion": str(version)}, "items": [to_dict(o) for o in items]}
+        return SimpleNamespace(data=json.dumps(body).encode())
 
     def delete_collection_namespaced_pod(self, namespace, label_selector, grace_period_seconds=None):
         self._enter("delete_collection_namespaced_pod")
         for obj in self.list_namespaced_pod(namespace, label_selector).items:
-            self.objects["pod"].pop(obj.metadata.name, None)
+            if self.objects["pod"].pop(obj.metadata.name, None) is not None:
+                self._gone(obj)
 
     # NetworkPolicies
     def create_namespaced_network_policy(self, namespace, body):
@@ -183,6 +241,11 @@ class FakeCluster:
         return client.V1NetworkPolicyList(items=items)
 
     # What the kubelet would do
+    def _set_status(self, pod: client.V1Pod, status: client.V1PodStatus) -> None:
+        if pod.metadata.name in self.objects["pod"]:
+            pod.status = status
+            self._event("MODIFIED", pod)
+
     def _kubelet(self, pod: client.V1Pod) -> None:
         container = pod.spec.containers[0]
         image = container.image
@@ -192,22 +255,24 @@ class FakeCluster:
                 name="sandbox", image=image, image_id="", ready=False, restart_count=0,
                 state=client.V1ContainerState(waiting=waiting),
             )  # fmt: skip
-            pod.status = client.V1PodStatus(phase="Pending", container_statuses=[state])
+            self._set_status(pod, client.V1PodStatus(phase="Pending", container_statuses=[state]))
         elif image == "fault/unschedulable":
             cond = client.V1PodCondition(
                 type="PodScheduled", status="False", reason="Unschedulable", message="0/3 nodes available"
             )
-            pod.status = client.V1PodStatus(phase="Pending", conditions=[cond])
+            self._set_status(pod, client.V1PodStatus(phase="Pending", conditions=[cond]))
         elif image == "fault/deadline":
-            pod.status = client.V1PodStatus(phase="Failed", reason="DeadlineExceeded", message="too long")
+            status = client.V1PodStatus(phase="Failed", reason="DeadlineExceeded", message="too long")
+            self._set_status(pod, status)
         elif image == "fault/oom":
             term = client.V1ContainerStateTerminated(exit_code=137, reason="OOMKilled")
             state = client.V1ContainerStatus(
                 name="sandbox", image=image, image_id="", ready=False, restart_count=0,
                 state=client.V1ContainerState(terminated=term),
             )  # fmt: skip
-            pod.status = client.V1PodStatus(phase="Failed", container_statuses=[state])
+            self._set_status(pod, client.V1PodStatus(phase="Failed", container_statuses=[state]))
         else:
+            self._set_status(pod, client.V1PodStatus(phase="Running"))
             self._run(pod)
 
     @staticmethod
@@ -218,30 +283,41 @@ class FakeCluster:
         return arg
 
     def _run(self, pod: client.V1Pod) -> None:
-        """Run the container's command with the ConfigMap mounted (as files) and an empty workspace."""
+        """Run the container's command with the projected ConfigMaps as files and an empty workspace."""
         container = pod.spec.containers[0]
-        data = self._get("cm", pod.spec.volumes[0].config_map.name).data
+        sources = pod.spec.volumes[0].projected.sources
         with tempfile.TemporaryDirectory() as root:
             mounts = {m.mount_path: os.path.join(root, m.name) for m in container.volume_mounts}
+            mounts[container.termination_message_path] = os.path.join(root, "termination-log")
             input_dir = mounts["/gagar/input"]
             os.makedirs(input_dir)
             os.makedirs(mounts["/workspace"])
-            for key, text in data.items():
-                Path(input_dir, key).write_text(text)
+            for source in sources:
+                for key, text in self._get("cm", source.config_map.name).data.items():
+                    Path(input_dir, key).write_text(text)
             # The interpreter is a host path here; only the pod's own paths map onto the mounts
             # (a checkout under /tmp must not have its venv remapped onto the pod's /tmp volume).
             interpreter, *args = container.command
             command = [interpreter, *(self._remap(arg, mounts) for arg in args)]
             env = {"HOME": root, "PATH": f"{BIN}:/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
             proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+            message_file = Path(mounts[container.termination_message_path])
+            message = message_file.read_text() if message_file.exists() else None
+        if self.drop_termination_messages:
+            message = None
         pod.log = proc.stdout + proc.stderr
-        pod.status = client.V1PodStatus(phase="Succeeded" if proc.returncode == 0 else "Failed")
+        term = client.V1ContainerStateTerminated(exit_code=proc.returncode, message=message)
+        state = client.V1ContainerStatus(
+            name="sandbox", image=container.image, image_id="", ready=False, restart_count=0,
+            state=client.V1ContainerState(terminated=term),
+        )  # fmt: skip
+        phase = "Succeeded" if proc.returncode == 0 else "Failed"
+        self._set_status(pod, client.V1PodStatus(phase=phase, container_statuses=[state]))
 
 
 def config(**overrides) -> KubernetesSandboxConfig:
     base = {
         "runner_python": sys.executable,
-        "poll_interval_s": 0.01,
         "start_deadline_s": 5.0,
         "create_rate_per_s": 500.0,
         "burst": 50,
@@ -277,6 +353,8 @@ def test_gold_empty_wrong_and_escaping_patches() -> None:
     assert escape.status == Status.ERROR
     assert "refused patch" in (escape.reason or "")
     assert cluster.calls.count("create_namespaced_pod") == 3  # the escaping patch never got a pod
+    assert "read_namespaced_pod_log" not in cluster.calls  # results came in the watched status
+    assert "read_namespaced_pod" not in cluster.calls  # no GET per pod: one watch
     assert len(cluster.network_policies_seen) == 1
     assert cluster.max_running <= 2
     assert_clean(cluster)
@@ -286,7 +364,8 @@ def test_transient_api_errors_are_retried() -> None:
     cluster = FakeCluster()
     cluster.faults = {
         "create_namespaced_config_map": [api_error(429)],
-        "read_namespaced_pod": [api_error(500), api_error(503)],
+        "list_namespaced_pod": [api_error(500)],
+        "watch_namespaced_pod": [api_error(503)],
         "create_namespaced_network_policy": [api_error(502)],
     }
     cluster.lose_create_response = True  # the pod is created but the client sees a 500, then a 409
@@ -407,4 +486,71 @@ def test_the_in_pod_runner_applies_the_same_judge() -> None:
     for result, kind in zip(hacks, expected, strict=True):
         assert (result.status, result.resolved) == (Status.HACK, False), result
         assert kind in {flag.kind for flag in result.hacks}, result.hacks
+    assert_clean(cluster)
+
+
+def test_a_pod_without_termination_message_is_read_from_its_log() -> None:
+    """The real-kubelet fallback: a summary that did not fit (or no message) comes from the log."""
+    cluster = FakeCluster()
+    cluster.drop_termination_messages = True
+    backend = KubernetesBackend(config(), cluster, cluster)
+    gold, empty = backend.evaluate([(task(), pred(GOLD, "gold")), (task(), pred("", "empty"))])
+    assert (gold.status, empty.status) == (Status.PASSED, Status.FAILED)
+    assert cluster.calls.count("read_namespaced_pod_log") == 2
+    assert backend.last_run.log_reads == 2
+    assert_clean(cluster)
+
+
+def test_in_flight_pods_stay_within_max_concurrency() -> None:
+    cluster = FakeCluster()
+    backend = KubernetesBackend(config(max_concurrency=2, api_workers=4), cluster, cluster)
+    results = backend.evaluate([(task(), pred(GOLD, f"t{i}")) for i in range(5)])
+    assert [r.status for r in results] == [Status.PASSED] * 5
+    assert cluster.max_running <= 2
+    assert backend.last_run.peak_in_flight == 2
+    assert backend.last_run.pods_created == 5
+    assert_clean(cluster)
+
+
+def test_stragglers_are_cut_after_the_quorum_and_cleaned_up() -> None:
+    cluster = FakeCluster()
+    cfg = config(step_quorum=0.5, straggler_wait_s=0.5, start_deadline_s=600.0)
+    backend = KubernetesBackend(cfg, cluster, cluster)
+    start = time.monotonic()
+    stuck, gold = backend.evaluate(
+        [(task("fault/unschedulable"), pred(GOLD, "stuck")), (task(), pred(GOLD, "g"))]
+    )
+    assert time.monotonic() - start < 30  # not the 600 s start deadline
+    assert gold.status == Status.PASSED
+    assert stuck.status == Status.INFRA_ERROR
+    assert "straggler" in (stuck.reason or "")
+    assert backend.last_run.stragglers_cut == 1
+    assert_clean(cluster)
+
+
+def test_the_step_deadline_ends_the_call_with_every_job_accounted_for() -> None:
+    cluster = FakeCluster()
+    backend = KubernetesBackend(config(step_deadline_s=1.0, max_concurrency=1), cluster, cluster)
+    jobs = [(task("fault/unschedulable"), pred(GOLD, f"s{i}")) for i in range(3)]
+    results = backend.evaluate(jobs)
+    assert [r.trajectory_id for r in results] == ["s0", "s1", "s2"]
+    assert all(r.status == Status.INFRA_ERROR and "step deadline" in (r.reason or "") for r in results)
+    assert cluster.calls.count("create_namespaced_pod") == 1  # the others were never admitted
+    assert_clean(cluster)
+
+
+def test_a_pod_deleted_by_someone_else_is_an_infra_error() -> None:
+    cluster = FakeCluster()
+    backend = KubernetesBackend(config(start_deadline_s=600.0), cluster, cluster)
+
+    def delete_soon() -> None:
+        while not cluster.objects["pod"]:
+            time.sleep(0.01)
+        (name,) = list(cluster.objects["pod"])
+        cluster.delete_namespaced_pod(name, "ns")
+
+    threading.Thread(target=delete_soon, daemon=True).start()
+    (result,) = backend.evaluate([(task("fault/unschedulable"), pred(GOLD, "x"))])
+    assert result.status == Status.INFRA_ERROR
+    assert "deleted" in (result.reason or "")
     assert_clean(cluster)

@@ -12,6 +12,7 @@ from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s import (
     KubernetesSandboxConfig,
     ObjectTooLargeError,
+    build_code_configmap,
     build_configmap,
     build_network_policy,
     build_pod,
@@ -19,6 +20,7 @@ from gagar.sandbox.k8s import (
     render_objects_yaml,
     to_dict,
 )
+from gagar.sandbox.k8s.objects import code_configmap_name
 from gagar.schema.task import Task
 
 K8S_VERSION = "1.30.0"
@@ -76,6 +78,7 @@ def test_objects_validate_strictly(config: KubernetesSandboxConfig, task_factory
     for obj in (
         build_pod(config, plan),
         build_configmap(config, plan),
+        build_code_configmap(config, plan.run_id),
         build_network_policy(config, plan.run_id),
     ):
         kubernetes_validate.validate(to_dict(obj), K8S_VERSION, strict=True)
@@ -117,7 +120,10 @@ def test_pod_meets_the_restricted_profile() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["workspace"]["emptyDir"]["sizeLimit"] == config.resources.workspace_size
     assert volumes["tmp"]["emptyDir"]["sizeLimit"] == config.resources.tmp_size
-    assert volumes["input"]["configMap"]["name"] == pod["metadata"]["name"]
+    projected = [source["configMap"]["name"] for source in volumes["input"]["projected"]["sources"]]
+    assert projected == [code_configmap_name(plan.run_id), pod["metadata"]["name"]]
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["command"][-1] == "/dev/termination-log"
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["input"]["readOnly"] is True
 
@@ -156,10 +162,17 @@ def test_configmap_carries_inputs_and_refuses_past_one_mib() -> None:
         config, "a1b2c3d4e5f6", 0, task, Prediction(instance_id=task.instance_id, model_patch=GOLD)
     )
     data = to_dict(build_configmap(config, plan))["data"]
-    assert {"runner.py", "gagar_patch.py", "spec.json", "model.patch", "test.patch", "snapshot.json"} <= set(
-        data
-    )
+    assert set(data) == {"spec.json", "model.patch", "test.patch", "snapshot.json"}
     assert data["model.patch"] == GOLD
+    code = to_dict(build_code_configmap(config, plan.run_id))
+    assert set(code["data"]) == {
+        "runner.py",
+        "gagar_patch.py",
+        "gagar_pristine.py",
+        "gagar_judge_plugin.py",
+        "pytest.ini",
+    }
+    assert code["metadata"]["labels"]["gagar.dev/run"] == plan.run_id
 
     huge = Prediction(instance_id=task.instance_id, model_patch="+" * (1 << 20))
     with pytest.raises(ObjectTooLargeError, match=r"model\.patch") as err:
@@ -181,11 +194,11 @@ def test_task_without_any_image_is_refused() -> None:
         )
 
 
-def test_render_yaml_gives_three_valid_documents() -> None:
+def test_render_yaml_gives_four_valid_documents() -> None:
     task = bundled_task()
     text = render_objects_yaml(task, Prediction(instance_id=task.instance_id, model_patch=GOLD), CONFIGS[0])
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["NetworkPolicy", "ConfigMap", "Pod"]
+    assert [d["kind"] for d in docs] == ["NetworkPolicy", "ConfigMap", "ConfigMap", "Pod"]
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 

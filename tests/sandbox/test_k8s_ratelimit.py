@@ -135,3 +135,53 @@ def test_retry_after_parsing() -> None:
     assert retry_after_s(api_error(429, {"Retry-After": "2"})) == 2.0
     assert retry_after_s(api_error(429, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"})) is None
     assert retry_after_s(api_error(429)) is None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_429_halves_the_rate_pauses_everyone_and_successes_recover_it() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(rate=100, burst=1, clock=clock, sleep=clock.sleep, recovery=10)
+    bucket.throttled(2.0)
+    assert bucket.rate == 50
+    bucket.throttled(2.0)  # a second 429 in the same second does not cut again
+    assert bucket.rate == 50
+    assert bucket.acquire() >= 2.0  # held back for Retry-After
+    clock.now += 1.0
+    bucket.throttled(None)
+    assert bucket.rate == 25
+    for _ in range(100):
+        bucket.succeeded()
+    assert bucket.rate == 100  # back to the configured rate, never above
+    stats = bucket.stats
+    assert (stats.throttled, stats.min_rate_seen) == (3, 25)
+
+
+def test_the_rate_never_falls_below_its_floor() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(rate=10, burst=1, clock=clock, sleep=clock.sleep, min_rate=2)
+    for _ in range(20):
+        clock.now += 1.5
+        bucket.throttled(None)
+    assert bucket.rate == 2
+
+
+def test_429s_are_absorbed_beyond_max_attempts_and_reach_the_bucket() -> None:
+    bucket = TokenBucket(rate=1000, burst=10)
+    fn = Flaky(*[api_error(429, {"Retry-After": "0"}) for _ in range(6)])
+    policy = RetryPolicy(max_attempts=2, base_delay_s=0.001, jitter=0.0, max_throttled=10)
+    assert call_with_retry(fn, policy, bucket) == "ok"
+    assert bucket.stats.throttled == 6
+    fn = Flaky(*[api_error(429) for _ in range(6)])
+    with pytest.raises(ApiException):
+        call_with_retry(fn, RetryPolicy(base_delay_s=0.001, jitter=0.0, max_throttled=3), bucket)
+    assert len(fn.times) == 3

@@ -1,10 +1,11 @@
-"""The Kubernetes sandbox backend: object builders, rate limiting and retries, pod outcomes, the backend."""
+"""The Kubernetes sandbox backend: objects, rate limits and retries, the pod watch, outcomes, the backend."""
 
-from gagar.sandbox.k8s.backend import KubernetesBackend, load_apis
+from gagar.sandbox.k8s.backend import KubernetesBackend, RunStats, load_apis
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig, ResourceSpec, RetryPolicy
 from gagar.sandbox.k8s.objects import (
     EvalPlan,
     ObjectTooLargeError,
+    build_code_configmap,
     build_configmap,
     build_network_policy,
     build_pod,
@@ -12,16 +13,21 @@ from gagar.sandbox.k8s.objects import (
     render_objects_yaml,
     to_dict,
 )
-from gagar.sandbox.k8s.ratelimit import TokenBucket, call_with_retry
+from gagar.sandbox.k8s.ratelimit import BucketStats, TokenBucket, call_with_retry
+from gagar.sandbox.k8s.straggler import StragglerPolicy
 
 __all__ = [
+    "BucketStats",
     "EvalPlan",
     "KubernetesBackend",
     "KubernetesSandboxConfig",
     "ObjectTooLargeError",
     "ResourceSpec",
     "RetryPolicy",
+    "RunStats",
+    "StragglerPolicy",
     "TokenBucket",
+    "build_code_configmap",
     "build_configmap",
     "build_network_policy",
     "build_pod",

@@ -22,7 +22,9 @@ class RetryPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_attempts: int = Field(default=5, ge=1)
-    """Attempts per call, the first one included."""
+    """Attempts per call that fails with 409 or 5xx, the first one included."""
+    max_throttled: int = Field(default=30, ge=1)
+    """429 answers one call may get before it gives up (each waits Retry-After or backs off)."""
     base_delay_s: float = Field(default=0.5, gt=0)
     """Delay before the second attempt; doubled for each further one."""
     max_delay_s: float = Field(default=30.0, gt=0)
@@ -76,14 +78,22 @@ class KubernetesSandboxConfig(BaseSettings):
     """A pod not running this long after creation is an infra_error (unschedulable, slow pull, ...)."""
     ttl_s: int = Field(default=3600, ge=60)
     """Objects of this backend older than this are swept at the start of each evaluate()."""
-    poll_interval_s: float = Field(default=2.0, gt=0)
-    """Interval between two reads of a pod's status."""
     max_concurrency: int = Field(default=16, ge=1)
-    """Evaluations in flight at once (threads)."""
+    """Evaluations in flight at once: pods (with their ConfigMaps) that exist at the same time."""
+    api_workers: int = Field(default=16, ge=1)
+    """Threads issuing API requests (creates, deletes, log reads); also the connection pool's size."""
     create_rate_per_s: float = Field(default=10.0, gt=0)
-    """Sustained API request rate of the client-side token bucket."""
+    """Highest API request rate of the client-side token bucket, all requests together (it adapts to 429s)."""
     burst: int = Field(default=20, ge=1)
     """Requests the token bucket allows at once."""
+    watch_timeout_s: int = Field(default=60, ge=1)
+    """Server-side timeout of one watch request; the watch then resumes from its last version."""
+    step_quorum: float = Field(default=1.0, gt=0, le=1)
+    """Share of a call's evaluations after which the rest are stragglers, given straggler_wait_s more."""
+    straggler_wait_s: float = Field(default=60.0, ge=0)
+    """How long stragglers may still finish once step_quorum is back; then they are infra_error."""
+    step_deadline_s: float | None = Field(default=None, gt=0)
+    """Longest one evaluate() call may take; evaluations not back by then are infra_error. None: no limit."""
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     labels: dict[str, str] = Field(default_factory=dict)
     """Extra labels on every object (e.g. team, cost centre)."""

@@ -1,4 +1,10 @@
-"""The Kubernetes objects of one evaluation: input ConfigMap, hardened Pod, deny-all NetworkPolicy.
+"""The Kubernetes objects of a run and of each evaluation.
+
+Per run: a deny-all NetworkPolicy and one ConfigMap of the code every pod runs (the in-pod
+runner and the judge's modules, about 40 KB). Per evaluation: a ConfigMap of its own inputs
+(spec, patches, snapshot) and a hardened Pod that mounts both ConfigMaps as one projected,
+read-only folder, so 10,000 evaluations store the code once, not 10,000 times. The runner's
+result comes back as the container's termination message.
 
 Every pod meets the ``restricted`` Pod Security Standard: non-root uid, no privilege
 escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root filesystem
@@ -30,9 +36,11 @@ __all__ = [
     "CONFIGMAP_MAX_BYTES",
     "EvalPlan",
     "ObjectTooLargeError",
+    "build_code_configmap",
     "build_configmap",
     "build_network_policy",
     "build_pod",
+    "code_configmap_name",
     "eval_labels",
     "plan_evaluation",
     "render_objects_yaml",
@@ -45,6 +53,8 @@ RUN_KEY, EVAL_KEY = "gagar.dev/run", "gagar.dev/eval"
 CONFIGMAP_MAX_BYTES = 1024 * 1024 - 16 * 1024
 """Data a ConfigMap may carry: the API server's 1 MiB limit less room for metadata."""
 INPUT_DIR, WORKSPACE_DIR = "/gagar/input", "/workspace"
+RESULT_PATH = "/dev/termination-log"
+"""The container's terminationMessagePath: where the runner writes its encoded summary."""
 _RUNNER_SOURCE = resources.files("gagar.sandbox.k8s").joinpath("pod_runner.py").read_text(encoding="utf-8")
 _SHIPPED = {
     "gagar_patch.py": "patch.py",
@@ -133,16 +143,31 @@ def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
     }
 
 
+def code_configmap_name(run_id: str) -> str:
+    """Name of the run's code ConfigMap."""
+    return f"gagar-sandbox-code-{run_id[:8]}"
+
+
+def build_code_configmap(config: KubernetesSandboxConfig, run_id: str) -> client.V1ConfigMap:
+    """What every pod of the run executes: the runner, the judge's modules and its empty pytest.ini."""
+    data = {"runner.py": _RUNNER_SOURCE, **_SHIPPED_SOURCES, "pytest.ini": "[pytest]\n"}
+    return client.V1ConfigMap(
+        api_version="v1",
+        kind="ConfigMap",
+        metadata=client.V1ObjectMeta(
+            name=code_configmap_name(run_id), namespace=config.namespace, labels=run_labels(config, run_id)
+        ),
+        data=data,
+    )
+
+
 def build_configmap(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ConfigMap:
-    """The pod's read-only inputs (runner, the judge's modules and settings, spec, patches, snapshot).
+    """The evaluation's own read-only inputs (spec, patches, snapshot).
 
     Raises:
         ObjectTooLargeError: they exceed what one ConfigMap holds (1 MiB).
     """
     data = {
-        "runner.py": _RUNNER_SOURCE,
-        **_SHIPPED_SOURCES,
-        "pytest.ini": "[pytest]\n",
         "spec.json": json.dumps(_spec(config, plan)),
         "model.patch": plan.prediction.model_patch,
         "test.patch": plan.task.test_patch,
@@ -167,7 +192,7 @@ def _container(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Cont
         name="sandbox",
         image=plan.image,
         image_pull_policy="IfNotPresent",
-        command=[config.runner_python, f"{INPUT_DIR}/runner.py", INPUT_DIR, WORKSPACE_DIR],
+        command=[config.runner_python, f"{INPUT_DIR}/runner.py", INPUT_DIR, WORKSPACE_DIR, RESULT_PATH],
         working_dir=WORKSPACE_DIR,
         env=[client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="TMPDIR", value="/tmp")],
         resources=client.V1ResourceRequirements(
@@ -197,6 +222,7 @@ def _container(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Cont
             client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_DIR),
             client.V1VolumeMount(name="tmp", mount_path="/tmp"),
         ],
+        termination_message_path=RESULT_PATH,
         termination_message_policy="FallbackToLogsOnError",
     )
 
@@ -227,7 +253,17 @@ def build_pod(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Pod:
             volumes=[
                 client.V1Volume(
                     name="input",
-                    config_map=client.V1ConfigMapVolumeSource(name=plan.name, default_mode=0o444),
+                    projected=client.V1ProjectedVolumeSource(
+                        default_mode=0o444,
+                        sources=[
+                            client.V1VolumeProjection(
+                                config_map=client.V1ConfigMapProjection(name=code_configmap_name(plan.run_id))
+                            ),
+                            client.V1VolumeProjection(
+                                config_map=client.V1ConfigMapProjection(name=plan.name)
+                            ),
+                        ],
+                    ),
                 ),
                 client.V1Volume(
                     name="workspace", empty_dir=client.V1EmptyDirVolumeSource(size_limit=res.workspace_size)
@@ -265,7 +301,12 @@ def to_dict(obj: Any) -> dict[str, Any]:
 def render_objects_yaml(
     task: Task, prediction: Prediction, config: KubernetesSandboxConfig, run_id: str = "0" * 12
 ) -> str:
-    """The NetworkPolicy, ConfigMap and Pod of one evaluation as a multi-document YAML string."""
+    """The NetworkPolicy and code ConfigMap of a run, the ConfigMap and Pod of one evaluation, as YAML."""
     plan = plan_evaluation(config, run_id, 0, task, prediction)
-    objs = [build_network_policy(config, run_id), build_configmap(config, plan), build_pod(config, plan)]
+    objs = [
+        build_network_policy(config, run_id),
+        build_code_configmap(config, run_id),
+        build_configmap(config, plan),
+        build_pod(config, plan),
+    ]
     return yaml.safe_dump_all([to_dict(o) for o in objs], sort_keys=False)

@@ -3,7 +3,8 @@
 Status mapping: image pull failures, container-creation errors, evictions for node
 pressure and pods that never start are ``infra_error`` (never the policy's fault); a pod
 past its activeDeadlineSeconds is a ``timeout``; an OOM-killed container is ``failed``;
-a patch that does not apply is ``error``; otherwise the local backend's judge
+a patch that does not apply is ``error``; otherwise, from the runner's summary (its
+termination message, else its log), the local backend's judge
 (:func:`gagar.sandbox.verdict.judge`) decides from what the in-pod runner reset, the library
 files the patch changed, and the judge plugin's report: ``passed`` (resolved), ``failed``,
 ``error`` or ``hack``.
@@ -11,14 +12,16 @@ files the patch changed, and the judge plugin's report: ``passed`` (resolved), `
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import zlib
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from kubernetes import client
+from typing import Any, Final, Literal
 
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
+from gagar.sandbox.k8s.pod_runner import OVERFLOW as RESULT_OVERFLOW
+from gagar.sandbox.k8s.pod_runner import RESULT_TAG
 from gagar.sandbox.pristine import JudgeReport, Reset, SourceChange
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.verdict import Judgement, judge
@@ -27,10 +30,13 @@ from gagar.schema.task import Task
 
 __all__ = [
     "IMAGE_ERRORS",
+    "OVERFLOW",
     "PodCheck",
     "check_pod",
+    "decode_result",
     "parse_summary",
     "result_from_summary",
+    "termination_message",
 ]
 
 IMAGE_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
@@ -47,39 +53,81 @@ class PodCheck:
     reason: str | None = None
 
 
-def _container_statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
-    return list((pod.status and pod.status.container_statuses) or [])
+def _container_statuses(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((pod.get("status") or {}).get("containerStatuses") or [])
 
 
-def _unscheduled_reason(pod: client.V1Pod) -> str | None:
-    for cond in (pod.status and pod.status.conditions) or []:
-        if cond.type == "PodScheduled" and cond.status == "False":
-            return f"{cond.reason}: {cond.message}"
+def _unscheduled_reason(pod: dict[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"{cond.get('reason')}: {cond.get('message')}"
     return None
 
 
-def check_pod(pod: client.V1Pod) -> PodCheck:
-    """Classify a pod read from the API; 'waiting' carries why it is not running yet, if known."""
-    status = pod.status or client.V1PodStatus()
+def check_pod(pod: dict[str, Any]) -> PodCheck:
+    """Classify a pod in its API (JSON) form; 'waiting' carries why it is not running yet, if known.
+
+    A watch event's object is that form; a client model converts with ``objects.to_dict``.
+    """
+    status = pod.get("status") or {}
+    phase, reason, message = status.get("phase"), status.get("reason"), status.get("message") or ""
     statuses = _container_statuses(pod)
-    if status.phase in ("Succeeded", "Failed"):
-        if status.reason == "DeadlineExceeded":
-            return PodCheck("timeout", f"pod ran past activeDeadlineSeconds ({status.message})")
-        if status.reason == "Evicted":
-            limit_hit = "exceeds" in (status.message or "") or "usage of" in (status.message or "")
-            return PodCheck("evicted_limit" if limit_hit else "infra_error", f"evicted: {status.message}")
+    if phase in ("Succeeded", "Failed"):
+        if reason == "DeadlineExceeded":
+            return PodCheck("timeout", f"pod ran past activeDeadlineSeconds ({message})")
+        if reason == "Evicted":
+            limit_hit = "exceeds" in message or "usage of" in message
+            return PodCheck("evicted_limit" if limit_hit else "infra_error", f"evicted: {message}")
         for cs in statuses:
-            term = cs.state and cs.state.terminated
-            if term is not None and term.reason == "OOMKilled":
+            term = (cs.get("state") or {}).get("terminated")
+            if term is not None and term.get("reason") == "OOMKilled":
                 return PodCheck("oom_killed", "OOMKilled: the tests exceeded the memory limit")
         return PodCheck("finished")
     for cs in statuses:
-        waiting = cs.state and cs.state.waiting
-        if waiting is not None and waiting.reason in IMAGE_ERRORS | _CREATE_ERRORS:
-            return PodCheck("infra_error", f"{waiting.reason}: {waiting.message}")
-    if status.phase == "Running":
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting is not None and waiting.get("reason") in IMAGE_ERRORS | _CREATE_ERRORS:
+            return PodCheck("infra_error", f"{waiting.get('reason')}: {waiting.get('message')}")
+    if phase == "Running":
         return PodCheck("running")
     return PodCheck("waiting", _unscheduled_reason(pod))
+
+
+def termination_message(pod: dict[str, Any], container: str = "sandbox") -> str | None:
+    """The terminated container's message, None when it has not terminated or left none."""
+    for cs in _container_statuses(pod):
+        if cs.get("name") == container:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            return term.get("message")
+    return None
+
+
+OVERFLOW: Final = "overflow"
+"""decode_result's answer for a runner whose summary did not fit its termination message."""
+
+
+def decode_result(message: str | None, nonce: str, max_bytes: int) -> dict[str, Any] | str | None:
+    """The runner's summary from a termination message (see ``pod_runner.encode_result``).
+
+    Returns the summary; :data:`OVERFLOW` when the runner said it did not fit (read the log);
+    None when the message is absent, carries another nonce or does not decode. Decompression
+    stops past ``max_bytes``, so a crafted message cannot inflate without bound.
+    """
+    if not message:
+        return None
+    parts = message.strip().split(" ")
+    if len(parts) != 3 or parts[0] != RESULT_TAG or parts[1] != nonce:
+        return None
+    if parts[2] == RESULT_OVERFLOW:
+        return OVERFLOW
+    try:
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(parts[2], validate=True), max_bytes)
+        if inflater.unconsumed_tail:
+            return None
+        summary = json.loads(raw)
+    except (ValueError, zlib.error):
+        return None
+    return summary if isinstance(summary, dict) else None
 
 
 def parse_summary(log: str, nonce: str) -> dict[str, Any] | None:

@@ -1,6 +1,6 @@
 """In-pod runner of the Kubernetes sandbox: standard library only, run by the image's python3.
 
-Usage: ``python3 pod_runner.py INPUT_DIR WORKSPACE_DIR``. INPUT_DIR is the read-only
+Usage: ``python3 pod_runner.py INPUT_DIR WORKSPACE_DIR [RESULT_FILE]``. INPUT_DIR is the read-only
 ConfigMap mount holding ``spec.json``, ``model.patch``, ``test.patch``, copies of
 :mod:`gagar.sandbox.patch`, :mod:`gagar.sandbox.pristine` and :mod:`gagar.sandbox.judge_plugin`
 (``gagar_patch.py``, ``gagar_pristine.py``, ``gagar_judge_plugin.py``), the judge's empty
@@ -11,12 +11,17 @@ file, conftest.py and runner setting it touched reset to the task's version), th
 task's test patch, runs the test command with pytest pinned and the judge's plugin writing
 its report to a descriptor only (:func:`gagar_pristine.pytest_env`), and prints one JSON
 summary between lines holding the evaluation's nonce: what was reset, the library files
-the patch changed, and the plugin's report. The host judges it with the local backend's
-code (:func:`gagar.sandbox.verdict.judge`). The tests' own output goes to a file, never to
-stdout. This file is shipped to the pod verbatim, so it must not import gagar and must keep
-to Python 3.8. The pod, not this script, is the isolation boundary.
+the patch changed, and the plugin's report. The same summary, zlib-compressed and
+base64-encoded with its log tail shortened until it fits, goes to RESULT_FILE, the
+container's termination message (:func:`encode_result`, at most :data:`RESULT_MAX_BYTES`),
+which the host reads from the pod's status without streaming logs; a summary too large
+even without its log says so there, and the host reads the log instead. The host judges it
+with the local backend's code (:func:`gagar.sandbox.verdict.judge`). The tests' own output
+goes to a file, never to stdout. This file is shipped to the pod verbatim, so it must not
+import gagar and must keep to Python 3.8. The pod, not this script, is the isolation boundary.
 """
 
+import base64
 import contextlib
 import json
 import os
@@ -24,10 +29,48 @@ import shutil
 import signal
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 BEGIN = "<<<GAGAR-RESULT {nonce}>>>"
 END = "<<<GAGAR-END {nonce}>>>"
+RESULT_TAG = "GAGAR1"
+RESULT_MAX_BYTES = 4096
+"""What the kubelet keeps of a termination message (it truncates longer ones)."""
+OVERFLOW = "-"
+"""Payload of a termination message whose summary did not fit: the host reads the pod log."""
+
+
+def _packed(summary):
+    return base64.b64encode(zlib.compress(json.dumps(summary).encode("utf-8"), 9)).decode("ascii")
+
+
+def encode_result(summary, nonce, limit=RESULT_MAX_BYTES):
+    """The termination message ``GAGAR1 <nonce> <payload>``, at most ``limit`` bytes.
+
+    The payload is the summary as base64 of zlib-compressed JSON, keeping the longest tail of
+    its log that fits (found by bisection, as compression makes the size non-linear); when
+    even an empty log does not fit, the payload is :data:`OVERFLOW`.
+    """
+    head = RESULT_TAG + " " + nonce + " "
+    room = limit - len(head)
+    log = summary.get("log") or ""
+
+    def packed(keep):
+        return _packed(dict(summary, log=log[len(log) - keep :] if keep else ""))
+
+    best = packed(len(log))
+    if len(best) <= room:
+        return head + best
+    lo, hi, best = 0, len(log) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        text = packed(mid)
+        if len(text) <= room:
+            best, lo = text, mid + 1
+        else:
+            hi = mid - 1
+    return head + (best if best is not None else OVERFLOW)
 
 
 def _safe_join(root, rel):
@@ -190,6 +233,9 @@ def main(argv):
     sys.stdout.write(json.dumps(summary) + "\n")
     sys.stdout.write(END.format(nonce=spec["nonce"]) + "\n")
     sys.stdout.flush()
+    if len(argv) > 3:  # the container's terminationMessagePath
+        with open(argv[3], "w", encoding="ascii") as fh:
+            fh.write(encode_result(summary, spec["nonce"]))
     return 0
 
 
