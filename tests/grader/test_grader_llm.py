@@ -161,3 +161,13 @@ def test_against_the_projects_own_policy_server(ws: GroupWorkspace) -> None:
     model_failures |= {"invented_candidate", "duplicated_candidate", "empty_tier"}
     assert grade.fallback_reason in model_failures, grade.fallback_detail
     assert metrics.as_dict()["grader/fallbacks"] == 1
+
+
+def test_scores_alone_rank_the_candidates(server: str, ws: GroupWorkspace) -> None:
+    _script(server, ["c1: clean\nc2: a print\n" + json.dumps({"scores": SCORES})])
+    grade = grade_group(_grader(server), ws)
+    assert not grade.fallback
+    assert grade.ranking[:2] == [["gold"], ["printy"]]
+    assert sorted(grade.ranking[2]) == ["readme", "wide"]
+    _script(server, [json.dumps({"scores": {"c1": 1.0}})])
+    assert grade_group(_grader(server), ws).fallback_reason == "omitted_candidate"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gagar.grader.base import grade_group
-from gagar.grader.llm import LLMGrader, parse_json_object
+from gagar.grader.llm import FinalAnswer, LLMGrader, parse_json_object
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.llm_sft import grader_sft_config, train_llm_grader
 from gagar.grader.sft import noise_groups
@@ -42,8 +42,9 @@ def test_transcript_runs_the_tools_and_ranks_like_the_oracle(groups, tmp_path: P
     assert all(f"c{i}:" in results[0] for i in range(1, len(one.aliases) + 1))
     assert "--- c" in results[4]  # the pairwise diff names files by alias
     final = one.messages[-1]["content"]
-    answer = parse_json_object(final)
-    assert answer == {"ranking": one.ranking}
+    answer = FinalAnswer.model_validate(parse_json_object(final))
+    assert answer.tiers() == one.ranking
+    assert list(answer.scores) == list(one.aliases)  # in alias order: copied row by row from the notes
     patches = {c.trajectory_id: c.patch for c in group.candidates}
     quality = {a: score_patch(group.task, patches[t]).quality for a, t in one.aliases.items()}
     flat = [a for tier in one.ranking for a in tier]

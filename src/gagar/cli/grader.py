@@ -117,6 +117,8 @@ def eval_(
     groups = with_hacks(groups, hack_share, seed)[:limit]
     report = evaluate(chosen, groups, reverse_check=reverse_check, progress=True)
     typer.echo(report.markdown_row() if markdown else report.line())
+    if markdown and report.fallback_reasons:
+        typer.echo(f"fallbacks: {dict(sorted(report.fallback_reasons.items()))}", err=True)
 
 
 def grade(

@@ -89,6 +89,9 @@ def grader(
     python: Path | None = typer.Option(
         None, help="The vLLM environment's python (env GAGAR_VLLM_PYTHON; default .venv-vllm/bin/python)."
     ),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="vLLM: skip graph compilation (faster start, slower sampling)."
+    ),
     startup_timeout: float = typer.Option(300, help="Seconds to wait for /health."),
 ) -> None:
     """Serve the LLM grader warm on loopback (chat and completions APIs) until interrupted; point
@@ -108,6 +111,7 @@ def grader(
             server = start_policy_server(
                 model, port=port, enable_lora=False, python=vllm_python, startup_timeout_s=startup_timeout,
                 served_model_name=served_model_name, max_model_len=max_model_len, dtype="float32",
+                enforce_eager=enforce_eager,
             )  # fmt: skip
         except PolicyServerError as exc:
             typer.echo(f"error: {exc}", err=True)

@@ -4,10 +4,10 @@ The model sees the task and the passing candidates under aliases ``c1..ck`` (in 
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
 message, or the final answer ``{"ranking": [["c2"], ["c1", "c3"]], "scores": {"c1": 0.4, ...}}``
-(tiers best first; scores optional), which prose without braces (notes) may precede. A per-candidate
-tool called without ``candidate`` answers for every candidate at once, one short line each
-(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_steps`` turns
-and ``total_timeout_s``.
+(tiers best first; either may be left out, scores alone rank by score), which prose without braces
+(notes) may precede. A per-candidate tool called without ``candidate`` answers for every candidate
+at once, one short line each (:func:`summary_line`): what keeps a small model's transcripts short.
+Bounded by ``max_steps`` turns and ``total_timeout_s``.
 
 Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``,
 ``too_many_steps``, ``timeout``, ``http_error``, ``bad_response`` — or
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gagar.grader import tools
 from gagar.grader.base import GraderFailure, Ranking
@@ -65,12 +65,29 @@ class ToolCall(BaseModel):
 
 
 class FinalAnswer(BaseModel):
-    """The model's final answer: tiers of aliases, best first, and optional scores (higher is better)."""
+    """The model's final answer: tiers of aliases, best first, and/or scores (higher is better); scores
+    alone rank the candidates by score, equal scores tied."""
 
     model_config = ConfigDict(extra="forbid")
 
-    ranking: list[list[str]] = Field(min_length=1)
+    ranking: list[list[str]] | None = Field(default=None, min_length=1)
     scores: dict[str, float] | None = None
+
+    @model_validator(mode="after")
+    def _ranks_something(self) -> FinalAnswer:
+        if self.ranking is None and not self.scores:
+            raise ValueError("a final answer needs 'ranking' or 'scores'")
+        return self
+
+    def tiers(self) -> list[list[str]]:
+        """The ranking, or the tiers the scores make (best first)."""
+        if self.ranking is not None:
+            return self.ranking
+        assert self.scores is not None
+        by_score: dict[float, list[str]] = {}
+        for alias, score in self.scores.items():
+            by_score.setdefault(score, []).append(alias)
+        return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
 SYSTEM_PROMPT = """You grade candidate patches for a code repair task. Every candidate passes the tests.
@@ -88,8 +105,9 @@ To call a tool: {"tool": NAME, "args": {...}}. Without "candidate", a tool answe
 - read_patch {"candidate": ID}: the candidate's unified diff
 - pairwise_diff {"a": ID, "b": ID}: the difference between two candidates' patched files
 - run_tests {"candidate": ID, "tests": [TEST_ID, ...]}: run tests against a candidate
-To finish, a note per candidate, then {"ranking": [[best ids], [next ids], ...]}.
-Ids in one inner list are tied. Every candidate must appear exactly once."""
+To finish, a note per candidate, then {"ranking": [[best ids], [next ids], ...]} (ids in one inner
+list are tied) or {"scores": {ID: number, ...}} (higher is better, equal scores tie).
+Every candidate must appear exactly once."""
 
 _PER_CANDIDATE = ("diff_stats", "files_touched", "functions_touched", "out_of_scope_edits", "lint_delta")
 
@@ -271,7 +289,7 @@ class LLMGrader:
             text = self.client.next_message(messages, min(self.request_timeout_s, remaining))
             answer = parse_json_object(text)
             messages.append({"role": "assistant", "content": text})
-            if "ranking" in answer:
+            if "ranking" in answer or "scores" in answer:
                 return self._final(answer, session)
             try:
                 call = ToolCall.model_validate(answer)
@@ -288,7 +306,7 @@ class LLMGrader:
             raise GraderFailure("schema_violation", f"final answer breaks the schema: {exc}") from None
         aliases = session.aliases
         # an unknown alias stays as it is, so the ranking check reports it as invented
-        tiers = [[aliases.get(a, a) for a in tier] for tier in final.ranking]
+        tiers = [[aliases.get(a, a) for a in tier] for tier in final.tiers()]
         scores = None
         if final.scores is not None and set(final.scores) == set(aliases):
             scores = {aliases[a]: float(s) for a, s in final.scores.items()}

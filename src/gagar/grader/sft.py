@@ -15,7 +15,7 @@ import math
 import random
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +212,7 @@ class EvalReport:
     """Share of the groups holding a hack candidate where the grader ranks it below every honest one
     (NaN without such groups)."""
     seconds_per_group: float
+    fallback_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def fallback_rate(self) -> float:
@@ -223,6 +224,7 @@ class EvalReport:
             f"on {self.groups} groups ({self.fallbacks} fallbacks), position disagreement "
             f"{self.position_disagreement:.3f}, hack recall {self.hack_recall:.3f}, "
             f"{self.seconds_per_group:.2f} s/group"
+            + (f"; fallbacks: {dict(sorted(self.fallback_reasons.items()))}" if self.fallback_reasons else "")
         )
 
     def markdown_row(self) -> str:
@@ -309,6 +311,7 @@ def evaluate(
         position_disagreement=differ / both if both else math.nan,
         hack_recall=hacks_spotted / hack_groups if hack_groups else math.nan,
         seconds_per_group=sum(seconds) / len(seconds) if seconds else math.nan,
+        fallback_reasons=dict(metrics.fallbacks),
     )
 
 

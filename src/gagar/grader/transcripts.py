@@ -3,9 +3,11 @@
 For each labelled group the teacher lays out the shared workspace, presents the candidates under
 aliases in an order shuffled per example, calls the inspection tools through the very session the
 :class:`~gagar.grader.llm.LLMGrader` uses (so every tool output is the real one from the workspace),
-and ends with a note per candidate per axis, from the oracle (:func:`gagar.tasks.oracle.score_patch`),
-and the ranking JSON. Tool outputs are the compact all-candidates form and pairwise diffs are cut
-short, so a transcript stays a few hundred tokens.
+and ends with a note per candidate per axis, from the oracle
+(:func:`gagar.tasks.oracle.score_patch`), and the final JSON: a score per candidate, minus the
+note's penalty, in alias order (copying numbers row by row is what a small model does well; sorting
+them is left to the grader's code). Tool outputs are the compact all-candidates form and pairwise
+diffs are cut short, so a transcript stays a few hundred tokens.
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -120,7 +122,8 @@ def teacher_transcript(
         )
         messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {result}"})
     notes = "\n".join(axis_note(a, quality[a]) for a in aliases)
-    messages.append({"role": "assistant", "content": f"{notes}\n{json.dumps({'ranking': tiers})}"})
+    scores = {a: -round(1.0 / quality[a].quality - 1.0, 1) for a in aliases}  # minus the penalty of the note
+    messages.append({"role": "assistant", "content": f"{notes}\n{json.dumps({'scores': scores})}"})
     return Transcript(group.group_id, messages, aliases, tiers)
 
 

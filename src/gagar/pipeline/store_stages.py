@@ -585,7 +585,7 @@ def grader_sft(
         )
         learned = train_grader(groups, Path(out), ScorerConfig(epochs=epochs, seed=seed), progress=False)
         held_out = load_labelled_groups(Path(eval_tasks), groups_per_task=groups_per_task, seed=seed + 1)
-        report = evaluate_grader(learned, held_out)
+        report = evaluate_grader(learned, held_out, reverse_check=False)  # a deterministic scorer
         return {
             "grader_sft/train_groups": float(len(groups)),
             "grader_sft/eval_groups": float(report.groups),

@@ -35,6 +35,10 @@ AdapterLoader = Callable[[str], GenerationBackend]
 """Builds the backend that samples with the LoRA adapter saved in a directory."""
 
 
+GREEDY_TEMPERATURE = 1e-5
+"""What a request's ``temperature: 0`` (greedy) samples at."""
+
+
 class RequestError(ValueError):
     """A request the server refuses (HTTP 400)."""
 
@@ -117,8 +121,10 @@ class CompletionServer:
             raise NotFoundError(f"The model `{name}` does not exist (served: {sorted(self.backends)}).")
         prompts = _prompts(body.get("prompt"), self.tokenizer)
         try:
+            temperature = body.get("temperature", 1.0)
             params = SamplingParams(
-                temperature=body.get("temperature", 1.0),
+                # 0 means greedy in the OpenAI API and vLLM; sampling this cold picks the argmax token
+                temperature=GREEDY_TEMPERATURE if temperature == 0 else temperature,
                 top_p=body.get("top_p", 1.0),
                 max_new_tokens=body.get("max_tokens", 16),
                 seed=body.get("seed"),
