@@ -93,3 +93,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "gagar.pipeline.settingsName" -}}
 {{- printf "%s-settings" (include "gagar.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* Name of the ClusterTrainingRuntime the chart installs (the pipeline's train_runtime). */}}
+{{- define "gagar.trainer.runtimeName" -}}
+{{- default (printf "%s-torch" (include "gagar.fullname" .)) .Values.trainer.runtimeName | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
