@@ -161,3 +161,35 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_train_stage_without_kubeflow_trainer_runs_torchrun_in_its_own_pod(
+    batch: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A train_runtime on a machine without Kubeflow Trainer (no cluster at all here) falls back to
+    ``torchrun -m gagar train-update --storage …`` on this node, the command a TrainJob's nodes run:
+    inputs staged in the store, checkpoint published by rank 0, metrics read back."""
+    from gagar.pipeline import store, store_stages
+
+    storage = str(tmp_path / "store")
+    common = {
+        "policy": str(batch["policy"]),
+        "step": 0,
+        "seed": 0,
+        "lr": 1e-3,
+        "epochs": 2,
+        "minibatch_size": 3,
+    }
+    with caplog.at_level("WARNING"):
+        metrics = store_stages.train(
+            storage=storage, model=str(batch["policy"]), trajectories=str(batch["trajectories"]),
+            results="", grades="", batch=str(batch["batch"]), keep_checkpoints=3, select_metrics={},
+            grade_metrics={}, redistribute_metrics={}, summary=str(tmp_path / "summary.md"),
+            runtime="gagar-torch", procs_per_node=2, **common,
+        )  # fmt: skip
+    assert "no Kubeflow Trainer" in caplog.text
+    assert metrics["policy/optimizer_steps"] > 0
+    assert store.latest_step(store.open_store(storage)) == 0
+    _run(_command(batch, tmp_path / "one", 0, 1, minibatch_size=3, epochs=2))
+    published = Path(storage) / "checkpoints"
+    assert _max_difference(_weights(published, 0), _weights(tmp_path / "one", 0)) <= TOLERANCE

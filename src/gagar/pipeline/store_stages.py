@@ -516,7 +516,7 @@ def _distributed_update(
     }
     args = trainjob.update_args(**common, options={**staged, **options}, flags=flags)
     api = _kube_api() if runtime else None
-    if runtime and api is not None and trainjob.trainer_installed(api):
+    if runtime and api is not None and trainjob.trainer_installed(api, _namespace()):
         env = tuple(
             (k, os.environ[k])
             for k in ("GAGAR_STORAGE__ENDPOINT", "GAGAR_STORAGE__REGION")
