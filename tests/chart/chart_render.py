@@ -15,6 +15,7 @@ __all__ = [
     "CHART_DIR",
     "MONITORING_API",
     "SCENARIOS",
+    "TRAINER_API",
     "by_kind",
     "objects",
     "pod_specs",
@@ -29,6 +30,8 @@ SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in CI_DIR.glob("*-v
 KUBE_VERSION = "1.30.0"
 # What a cluster running the Prometheus operator advertises in .Capabilities.APIVersions.
 MONITORING_API = ("monitoring.coreos.com/v1", "monitoring.coreos.com/v1/ServiceMonitor")
+# What a cluster running Kubeflow Trainer v2 advertises.
+TRAINER_API = ("trainer.kubeflow.org/v1alpha1", "trainer.kubeflow.org/v1alpha1/ClusterTrainingRuntime")
 RELEASE = "gagar"
 NAMESPACE = "kubeflow"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from chart_render import MONITORING_API, SCENARIOS, render_objects, scenario_values
+from chart_render import MONITORING_API, SCENARIOS, TRAINER_API, render_objects, scenario_values
 
 
 @pytest.fixture(scope="session", params=SCENARIOS)
@@ -16,5 +16,5 @@ def scenario(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def scenario_objects(scenario: str) -> list[dict[str, Any]]:
-    """The objects a scenario renders on a cluster with the Prometheus operator."""
-    return render_objects(scenario_values(scenario), api_versions=MONITORING_API)
+    """The objects a scenario renders on a cluster with the Prometheus operator and Kubeflow Trainer."""
+    return render_objects(scenario_values(scenario), api_versions=(*MONITORING_API, *TRAINER_API))

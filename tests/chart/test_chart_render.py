@@ -8,7 +8,15 @@ import helm_python
 import jsonschema
 import kubernetes_validate
 import pytest
-from chart_render import CHART_DIR, KUBE_VERSION, MONITORING_API, by_kind, render_objects, scenario_values
+from chart_render import (
+    CHART_DIR,
+    KUBE_VERSION,
+    MONITORING_API,
+    TRAINER_API,
+    by_kind,
+    render_objects,
+    scenario_values,
+)
 
 from gagar.pipeline.argo_models import to_model, validate_pods
 
@@ -116,8 +124,83 @@ _CRD_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+# The fields of Kubeflow Trainer's ClusterTrainingRuntime (trainer.kubeflow.org/v1alpha1) the chart
+# uses, as its CRD declares them (kubeflow/trainer manifests/base/crds/
+# trainer.kubeflow.org_clustertrainingruntimes.yaml @ ec2c640); each replicated job's template is a
+# batch/v1 JobTemplateSpec, validated with the Kubernetes schemas below.
+_RUNTIME_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "trainer.kubeflow.org/v1alpha1"},
+        "kind": {"const": "ClusterTrainingRuntime"},
+        "metadata": {"type": "object", "required": ["name", "labels"], "not": {"required": ["namespace"]}},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "mlPolicy": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "numNodes": {"type": "integer"},
+                        "torch": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "numProcPerNode": {
+                                    "anyOf": [
+                                        {"type": "integer", "minimum": 1},
+                                        {"enum": ["auto", "cpu", "gpu"]},
+                                    ]
+                                }
+                            },
+                        },
+                    },
+                },
+                "template": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "replicatedJobs": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["name", "template"],
+                                        "additionalProperties": False,
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "template": {"type": "object"},
+                                        },
+                                    },
+                                }
+                            },
+                        }
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def _validate_runtime(obj: dict[str, Any]) -> None:
+    jsonschema.validate(obj, _RUNTIME_SCHEMA)
+    for job in obj["spec"]["template"]["spec"]["replicatedJobs"]:
+        as_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job["name"]}}
+        kubernetes_validate.validate(as_job | job["template"], KUBE_VERSION, strict=True)
+
+
 def _validate(obj: dict[str, Any]) -> None:
-    if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+    if obj["apiVersion"].startswith("trainer.kubeflow.org/"):
+        _validate_runtime(obj)
+    elif obj["apiVersion"].startswith("monitoring.coreos.com/"):
         jsonschema.validate(obj, _CRD_SCHEMAS[obj["kind"]])
     elif obj["apiVersion"].startswith("argoproj.io/"):  # the argo-workflows SDK's models, then its pods
         to_model(obj)
@@ -207,3 +290,47 @@ def test_minimal_scenario_renders_only_sandbox_rbac_and_launcher() -> None:
         "RoleBinding",
         "ServiceAccount",
     ]
+
+
+@pytest.mark.parametrize(
+    ("api_versions", "enabled", "expected"), [((), True, 0), (TRAINER_API, False, 0), (TRAINER_API, True, 1)]
+)
+def test_training_runtime_needs_the_trainer_api_and_the_switch(
+    api_versions: tuple[str, ...], enabled: bool, expected: int
+) -> None:
+    objs = render_objects({"trainer": {"enabled": enabled}}, api_versions=api_versions)
+    runtimes = by_kind(objs, "ClusterTrainingRuntime")
+    assert len(runtimes) == expected
+    rules = by_kind(objs, "Role")
+    runner = next(r for r in rules if r["metadata"]["name"].endswith("-runner"))
+    assert any("trainjobs" in rule["resources"] for rule in runner["rules"]) == enabled
+
+
+def test_trainer_scenario_runtime_runs_the_train_image_under_torchrun() -> None:
+    objs = render_objects(scenario_values("trainer"), api_versions=TRAINER_API)
+    (runtime,) = by_kind(objs, "ClusterTrainingRuntime")
+    assert runtime["metadata"]["name"] == "gagar-torch"  # the pipeline's train_runtime
+    assert runtime["spec"]["mlPolicy"]["torch"]["numProcPerNode"] == 4
+    (job,) = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    (node,) = job["template"]["spec"]["template"]["spec"]["containers"]
+    assert node["name"] == "node"
+    assert "/gagar-project/gagar-train:" in node["image"]
+    assert node["command"] == ["torchrun", "-m", "gagar", "train-update"]
+    assert {e["name"] for e in node["env"]} >= {"GAGAR_STORAGE__ENDPOINT", "AWS_ACCESS_KEY_ID"}
+
+
+def test_warm_lora_scenario_syncs_adapters_beside_the_policy_server() -> None:
+    objs = render_objects(scenario_values("warm-lora"))
+    policy = next(d for d in by_kind(objs, "Deployment") if d["metadata"]["name"].endswith("policy-server"))
+    pod = policy["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert "--enable-lora" in containers["vllm"]["args"]
+    env = {e["name"]: e.get("value") for e in containers["vllm"]["env"]}
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    sync = containers["adapter-sync"]
+    assert sync["command"] == ["gagar", "serve", "adapter-sync"]
+    assert sync["args"][:4] == ["--storage", "s3://mlpipeline/gagar/runs/lora", "--dest", "/adapters"]
+    mounts = {c: {m["name"]: m for m in containers[c]["volumeMounts"]} for c in containers}
+    assert mounts["vllm"]["adapters"]["readOnly"] is True
+    assert "readOnly" not in mounts["adapter-sync"]["adapters"]
+    assert {"name": "adapters", "emptyDir": {}} in pod["volumes"]

@@ -124,3 +124,38 @@ def test_argument_checks() -> None:
         store.prune_checkpoints("/tmp/unused-store", keep=0)
     assert store.normalise_storage("s3://b/p") == "s3://b/p"
     assert Path(store.normalise_storage("rel/store")).is_absolute()
+
+
+def _adapter(root: Path, seed: int) -> Path:
+    root.mkdir(parents=True)
+    (root / "adapter_config.json").write_text(json.dumps({"r": 8, "seed": seed}))
+    (root / "adapter_model.safetensors").write_bytes(bytes([seed]) * 64)
+    return root
+
+
+def test_adapters_published_to_the_store_are_mirrored_beside_the_server(tmp_path: Path) -> None:
+    """What the chart's adapter-sync sidecar runs: complete adapters only, the newest kept."""
+    from typer.testing import CliRunner
+
+    from gagar.cli.serve import app
+
+    storage, dest = str(tmp_path / "store"), tmp_path / "adapters"
+    for n in (1, 2, 3, 4):
+        store.publish_adapter(
+            _adapter(tmp_path / f"a{n}", n), storage, f"policy-step-{n}", tmp_path / "stage"
+        )
+    # a half-published adapter (no manifest yet) is not mirrored
+    (Path(storage) / "adapters" / "policy-step-5").mkdir()
+    (Path(storage) / "adapters" / "policy-step-5" / "adapter_config.json").write_text("{}")
+    assert store.sync_adapters(storage, dest, keep=3) == ["policy-step-3", "policy-step-4"]
+    assert sorted(p.name for p in dest.iterdir()) == ["policy-step-3", "policy-step-4"]
+    assert (dest / "policy-step-4" / "adapter_model.safetensors").read_bytes() == bytes([4]) * 64
+    # republishing a version is a no-op; a new one arrives through the CLI, the oldest leaves
+    assert store.publish_adapter(tmp_path / "a4", storage, "policy-step-4", tmp_path / "stage") == (
+        "adapters/policy-step-4"
+    )
+    store.publish_adapter(_adapter(tmp_path / "a6", 6), storage, "policy-step-6", tmp_path / "stage")
+    result = CliRunner().invoke(app, ["adapter-sync", "--storage", storage, "--dest", str(dest), "--once"])
+    assert result.exit_code == 0, result.output
+    assert "synced policy-step-6" in result.output
+    assert sorted(p.name for p in dest.iterdir()) == ["policy-step-3", "policy-step-4", "policy-step-6"]

@@ -102,3 +102,8 @@ what older servers lack (a field or an API) is rendered only where it exists.
 {{- define "gagar.pipeline.settingsName" -}}
 {{- printf "%s-settings" (include "gagar.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/* Name of the ClusterTrainingRuntime the chart installs (the pipeline's train_runtime). */}}
+{{- define "gagar.trainer.runtimeName" -}}
+{{- default (printf "%s-torch" (include "gagar.fullname" .)) .Values.trainer.runtimeName | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

@@ -18,6 +18,12 @@ A vLLM OpenAI-compatible server (policy or grader). Call with
 {{- end -}}
 {{- end -}}
 
+{{/* The run store the adapter-sync sidecar mirrors adapters from (the pipeline's `storage`). */}}
+{{- define "gagar.vllm.adapterStore" -}}
+{{- $store := .context.Values.objectStore -}}
+{{- default (printf "s3://%s/%s" $store.bucket $store.prefix) .server.lora.sync.storage -}}
+{{- end -}}
+
 {{- define "gagar.vllm.deployment" -}}
 {{- $ctx := .context -}}
 {{- $server := .server -}}
@@ -34,6 +40,7 @@ A vLLM OpenAI-compatible server (policy or grader). Call with
 {{- $args = concat $args (list "--enable-lora" "--max-lora-rank" (toString $server.lora.maxRank) "--max-loras" (toString $server.lora.maxLoras)) -}}
 {{- end -}}
 {{- $args = concat $args $server.extraArgs -}}
+{{- $sync := and $server.lora.enabled (dig "sync" "enabled" false $server.lora) -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -160,11 +167,54 @@ spec:
               mountPath: /models
               readOnly: true
             {{- end }}
-            {{- if $server.lora.adaptersClaim }}
+            {{- if or $server.lora.adaptersClaim $sync }}
             - name: adapters
               mountPath: /adapters
               readOnly: true
             {{- end }}
+        {{- if $sync }}
+        # Mirrors the adapters the train stage publishes to the store (adapters/policy-step-N) into
+        # /adapters, where the rollout stage has the server load them (gagar serve adapter-sync).
+        - name: adapter-sync
+          image: {{ include "gagar.images.stage" (dict "context" $ctx "stage" "grader") }}
+          imagePullPolicy: {{ $ctx.Values.images.pullPolicy }}
+          command: ["gagar", "serve", "adapter-sync"]
+          args:
+            - --storage
+            - {{ include "gagar.vllm.adapterStore" . | quote }}
+            - --dest
+            - /adapters
+            - --interval-s
+            - {{ $server.lora.sync.intervalSeconds | quote }}
+          env:
+            - name: GAGAR_STORAGE__ENDPOINT
+              value: {{ include "gagar.objectStore.url" $ctx | quote }}
+            - name: GAGAR_STORAGE__REGION
+              value: {{ $store.region | quote }}
+            - name: AWS_ACCESS_KEY_ID
+              valueFrom:
+                secretKeyRef:
+                  name: {{ $store.credentials.existingSecret }}
+                  key: {{ $store.credentials.accessKeyKey }}
+            - name: AWS_SECRET_ACCESS_KEY
+              valueFrom:
+                secretKeyRef:
+                  name: {{ $store.credentials.existingSecret }}
+                  key: {{ $store.credentials.secretKeyKey }}
+          securityContext:
+            {{- toYaml $ctx.Values.containerSecurityContext | nindent 12 }}
+          resources:
+            requests:
+              cpu: 50m
+              memory: 128Mi
+            limits:
+              memory: 512Mi
+          volumeMounts:
+            - name: adapters
+              mountPath: /adapters
+            - name: tmp
+              mountPath: /tmp
+        {{- end }}
       volumes:
         - name: cache
           emptyDir: {}
@@ -185,6 +235,9 @@ spec:
           persistentVolumeClaim:
             claimName: {{ $server.lora.adaptersClaim }}
             readOnly: true
+        {{- else if $sync }}
+        - name: adapters
+          emptyDir: {}
         {{- end }}
       {{- with $server.nodeSelector }}
       nodeSelector:

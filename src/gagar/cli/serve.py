@@ -139,3 +139,30 @@ def grader(
                 time.sleep(3600)
         except KeyboardInterrupt:
             return
+
+
+@app.command("adapter-sync")
+def adapter_sync(
+    storage: str = typer.Option(
+        ..., "--storage", help="The run's store (s3://bucket/prefix or a directory)."
+    ),
+    dest: Path = typer.Option(Path("/adapters"), "--dest", help="Where the policy server reads adapters."),
+    interval_s: float = typer.Option(10.0, "--interval-s", min=0.1, help="Seconds between store polls."),
+    keep: int = typer.Option(3, "--keep", min=2, help="Newest adapters kept on disk."),
+    once: bool = typer.Option(False, "--once", help="Sync once and exit (an initContainer)."),
+) -> None:
+    """Mirror the adapters the train stage publishes (adapters/policy-step-N) beside the policy server.
+
+    The chart runs it as the policy server's sidecar: the rollout stage then asks the server to load
+    /adapters/policy-step-N. Store settings come from GAGAR_STORAGE__* / AWS_* as for every stage.
+    """
+    import time
+
+    from gagar.pipeline.store import sync_adapters
+
+    while True:
+        for version in sync_adapters(storage, dest, keep):
+            typer.echo(f"synced {version} to {dest / version}")
+        if once:
+            return
+        time.sleep(interval_s)

@@ -59,6 +59,7 @@ __all__ = [
     "resolve_start",
     "restore_checkpoint",
     "split_ref",
+    "sync_adapters",
     "write_step_metrics",
 ]
 
@@ -318,3 +319,32 @@ def publish_adapter(adapter_dir: Path, storage: str, version: str, staging: Path
     target.publish_dir(staged, key, step=adapter_updates(version))
     shutil.rmtree(staged)
     return key
+
+
+def sync_adapters(storage: str, dest: Path, keep: int = 3) -> list[str]:
+    """Mirror the store's published adapters into ``dest`` (``dest/policy-step-N``); returns the versions
+    it downloaded. What the policy server's sidecar runs, so the server reads adapters from its disk.
+
+    Only complete (manifest-bearing) adapters are copied, each verified in a temporary directory renamed
+    into place, so the server never sees a partial one; the newest ``keep`` stay (at least the one being
+    swapped out, while the newest loads).
+    """
+    from gagar.policy.adapter import adapter_updates, prune_adapters
+
+    source = open_store(storage)
+    versions = sorted(
+        {key.split("/")[1] for key in source.list(f"{ADAPTERS}/") if key.count("/") >= 2},
+        key=lambda v: adapter_updates(v) or -1,
+    )
+    fetched = []
+    dest.mkdir(parents=True, exist_ok=True)
+    for version in versions[-keep:]:
+        if adapter_updates(version) is None or (dest / version).is_dir():
+            continue
+        key = f"{ADAPTERS}/{version}"
+        if source.read_manifest(key) is None:
+            continue  # still being published
+        source.get_dir(key, dest / version)  # verified, renamed into place complete
+        fetched.append(version)
+    prune_adapters(dest, keep)
+    return fetched

@@ -221,7 +221,7 @@ class GatherOutcome(NamedTuple):
     """The batch drawn so far holds fewer than ``train_batch_groups`` mixed groups."""
 
 
-_SUMMED = ("perf/rollout_s", "perf/sandbox_s")
+_SUMMED = ("perf/rollout_s", "perf/sandbox_s", "perf/adapter_swap_s")
 
 
 def select(
@@ -265,7 +265,9 @@ def select(
     write_records(results, [r for batch in outcome for r in batch])
     metrics |= rl_step.sandbox_metrics([r for batch in outcome for r in batch])
     metrics |= rl_step.rollout_metrics([t for batch in drawn for t in batch])
-    metrics |= {key: sum(row.get(key, 0.0) for row in timings) for key in _SUMMED}
+    metrics |= {
+        key: sum(row.get(key, 0.0) for row in timings) for key in _SUMMED if any(key in r for r in timings)
+    }
     return metrics
 
 
@@ -514,7 +516,7 @@ def _distributed_update(
     }
     args = trainjob.update_args(**common, options={**staged, **options}, flags=flags)
     api = _kube_api() if runtime else None
-    if runtime and api is not None and trainjob.trainer_installed(api):
+    if runtime and api is not None and trainjob.trainer_installed(api, _namespace()):
         env = tuple(
             (k, os.environ[k])
             for k in ("GAGAR_STORAGE__ENDPOINT", "GAGAR_STORAGE__REGION")

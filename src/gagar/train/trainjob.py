@@ -12,6 +12,9 @@ The object is built from kubernetes-client models (env, resources) and validated
 against the TrainJob CRD's OpenAPI schema vendored in ``schemas/`` (see its README for its source,
 commit and what the excerpt keeps). Without the Trainer's CRD on the cluster
 (:func:`trainer_installed`) the stage updates in its own pod instead.
+
+On a cluster the runner's ServiceAccount needs to create, get, list and delete ``trainjobs`` and to
+list pods and read their logs in its namespace (the chart's runner Role grants it with ``trainer.enabled``).
 """
 
 from __future__ import annotations
@@ -152,15 +155,18 @@ def validate_trainjob(obj: Mapping[str, Any]) -> None:
         raise ValueError("TrainJob does not match the Kubeflow Trainer CRD schema: " + "; ".join(errors))
 
 
-def trainer_installed(api_client: Any) -> bool:
-    """Whether the cluster serves Kubeflow Trainer's TrainJob (its CRD exists)."""
-    from kubernetes.client import ApiextensionsV1Api
+def trainer_installed(api_client: Any, namespace: str) -> bool:
+    """Whether the cluster serves Kubeflow Trainer's TrainJob in ``namespace`` (its CRD is installed).
+
+    Asked by listing TrainJobs there, which the runner's namespaced Role allows: no CRD answers 404.
+    """
+    from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
 
     try:
-        ApiextensionsV1Api(api_client).read_custom_resource_definition(TRAINJOB_CRD)
+        CustomObjectsApi(api_client).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, limit=1)
     except ApiException as exc:
-        if exc.status in (403, 404):
+        if exc.status == 404:
             return False
         raise
     return True

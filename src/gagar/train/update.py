@@ -239,24 +239,24 @@ def run_update(
     else:
         model, tokenizer = load_policy(policy)
     world = init_world()
-    if world is not None and strategy is Strategy.FSDP and lora.enabled:
+    sharded = world is not None and strategy is Strategy.FSDP
+    if sharded and lora.enabled:
         raise ValueError("fsdp shards full-weight updates; a LoRA adapter is small: use ddp")
-    optimizer = make_optimizer(model, config)
     manager = CheckpointManager(checkpoints, keep_last=keep_last)
     previous = manager.latest()
-    if previous is not None and previous.step < step:
-        manager.load_optimizer(previous, optimizer)
+    resume = previous is not None and previous.step < step
     ref_model = load_policy(reference)[0] if config.loss.kl_coef > 0 and reference is not None else None
     torch.manual_seed(seed * 1_000_003 + step)
     trained = wrap_model(model, strategy, world)
+    optimizer = make_optimizer(trained, config)  # over the sharded parameters under fsdp
+    if resume and sharded:
+        _load_full_optimizer(previous, trained, optimizer)
+    elif resume:
+        manager.load_optimizer(previous, optimizer)
     log.info(
         "step %d: updating on %d trajectories, %d process(es), %d epoch(s) of minibatches of %d",
         step, len(entries), world.size if world else 1, config.epochs, config.minibatch_size,
     )  # fmt: skip
-    if world is not None and strategy is Strategy.FSDP:
-        optimizer = make_optimizer(trained, config)  # over the sharded parameters
-        if previous is not None and previous.step < step:
-            _load_full_optimizer(manager, previous, trained, optimizer)
     metrics = update_policy(
         trained,
         optimizer,
@@ -282,10 +282,9 @@ def run_update(
     return metrics
 
 
-def _load_full_optimizer(
-    manager: CheckpointManager, ckpt: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer
-) -> None:
-    """Restore a checkpoint's full (unsharded) optimizer state into an FSDP-sharded optimizer."""
+def _load_full_optimizer(ckpt: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Restore a checkpoint's full (unsharded, keyed by parameter name) optimizer state into an
+    FSDP-sharded optimizer: checkpoints written under fsdp resume under fsdp."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     full = torch.load(ckpt.path / "optimizer.pt", map_location="cpu", weights_only=True)
@@ -311,6 +310,9 @@ def _save_sharded(
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     weights, optim_state = get_state_dict(model, optimizer, options=options)
+    tied = getattr(model, "_tied_weights_keys", None) or ()
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        weights = {k: v for k, v in weights.items() if k not in tied}  # saved once, as save_pretrained does
     if world.is_main:
         extra = {"metrics": metrics}
         manager.save(
