@@ -17,7 +17,7 @@ control_plane_only=false
 for arg in "$@"; do
   case "$arg" in
     --control-plane-only) control_plane_only=true ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "cluster-up.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done

@@ -100,3 +100,15 @@ def test_cpu_variant_names():
     assert stage_image("sandbox", variant="cpu") == stage_image("sandbox")
     with pytest.raises(ValueError, match="variant"):
         stage_image("train", variant="rocm")
+
+
+def test_compiled_tasks_name_the_cpu_variants():
+    from gagar.pipeline.argo import build_workflow
+    from gagar.pipeline.platform import PlatformOptions
+
+    spec = build_workflow(platform=PlatformOptions(image_variant="cpu"))["spec"]
+    images = {t["container"]["image"] for t in spec["templates"] if "container" in t}
+    assert images == {stage_image(s, variant="cpu") for s in STAGES}
+    assert {i for i in images if i.endswith("-cpu")} == {
+        stage_image(s, variant="cpu") for s in CPU_BUILD_ARGS
+    }
