@@ -443,6 +443,7 @@ def evaluate(args: argparse.Namespace) -> None:
         "n": args.n, "in_flight_limit": args.in_flight, "wall_s": round(wall, 1),
         "first_result_s": round(arrivals[0], 1), "last_result_s": round(arrivals[-1], 1),
         "cleanup_s": round(wall - arrivals[-1], 1),
+        "quorum_s": round(arrivals[math.ceil(args.quorum * args.n - 1e-9) - 1], 1),
         "statuses": dict(Counter(r.status.value for r in results)),
         "each_exactly_once": (
             set(ids) == expected and all(c == 1 for c in ids.values()) and len(results) == args.n
@@ -551,7 +552,7 @@ def main() -> None:
         sp.add_argument("--start-deadline-s", type=float, default=120.0)
         sp.add_argument("--straggler-wait-s", type=float, default=10.0)
     ev.add_argument("--quorum", type=float, default=1.0)
-    parser.add_argument("--scales", default="100,1000,10000")
+    parser.add_argument("--scales", default="100,1000,10000", help='comma-separated; "" for none')
     parser.add_argument(
         "--faults", action="store_true", help="also run the largest scale up to 1,000 with faults"
     )
@@ -586,7 +587,7 @@ def main() -> None:
         print(f"load: {os.getloadavg()}; kube-apiserver --max-requests-inflight {args.inflight} "
               f"--max-mutating-requests-inflight {args.mutating}; level shares {args.seats}",
               flush=True)  # fmt: skip
-        scenarios = [(f"n{n}", n, False) for n in map(int, args.scales.split(","))]
+        scenarios = [(f"n{n}", n, False) for n in map(int, filter(None, args.scales.split(",")))]
         if args.faults:  # before the largest scale
             scenarios.insert(len(scenarios) - 1, (f"faults-n{args.fault_n}", args.fault_n, True))
         for name, n, faults in scenarios:
