@@ -554,3 +554,13 @@ def test_a_pod_deleted_by_someone_else_is_an_infra_error() -> None:
     assert result.status == Status.INFRA_ERROR
     assert "deleted" in (result.reason or "")
     assert_clean(cluster)
+
+
+def test_the_client_leaves_429s_to_the_adaptive_bucket() -> None:
+    """urllib3 would retry a 429 with Retry-After itself, unseen by the bucket."""
+    from gagar.sandbox.k8s.backend import configure_client
+
+    configuration = client.Configuration()
+    configure_client(configuration, api_workers=4)
+    assert configuration.retries.respect_retry_after_header is False
+    assert configuration.connection_pool_maxsize == 12

@@ -52,7 +52,7 @@ from gagar.sandbox.patch import PatchError, parse_patch
 from gagar.schema.result import Status, TestResult
 from gagar.schema.task import Task
 
-__all__ = ["KubernetesBackend", "RunStats", "load_apis"]
+__all__ = ["KubernetesBackend", "RunStats", "configure_client", "load_apis"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,9 +68,21 @@ def load_apis(api_workers: int) -> tuple[client.CoreV1Api, client.NetworkingV1Ap
 
     configuration = client.Configuration()
     kube_config.load_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = 2 * api_workers + 4  # both pools and the watch
+    configure_client(configuration, api_workers)
     api = client.ApiClient(configuration)
     return client.CoreV1Api(api), client.NetworkingV1Api(api)
+
+
+def configure_client(configuration: client.Configuration, api_workers: int) -> None:
+    """Size the connection pool for both worker pools and the watch, and leave 429s to us.
+
+    urllib3 would otherwise retry a 429 carrying Retry-After itself, three times, unseen by
+    the adaptive token bucket; connection errors keep urllib3's retries.
+    """
+    import urllib3
+
+    configuration.connection_pool_maxsize = 2 * api_workers + 4
+    configuration.retries = urllib3.Retry(total=3, respect_retry_after_header=False, status_forcelist=())
 
 
 @dataclass

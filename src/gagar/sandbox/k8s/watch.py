@@ -74,11 +74,12 @@ class PodWatch:
             raise TimeoutError(f"the first list of pods ({self.selector}) took over {timeout_s:.0f} s")
 
     def stop(self) -> None:
+        """End the watch: shut its socket down (a plain close would wait for the server's timeout)."""
         self._stop.set()
         resp = self._resp
         if resp is not None:
-            with contextlib.suppress(Exception):  # closing a stream another thread reads ends the read
-                resp.close()
+            with contextlib.suppress(Exception):  # the reading thread sees the stream end
+                (getattr(resp, "shutdown", None) or resp.close)()
         self._thread.join(timeout=10)
 
     def _emit(self, kind: str, obj: dict[str, Any]) -> None:
