@@ -76,11 +76,6 @@ class DistributedSettings(BaseModel):
     """ClusterTrainingRuntime the train stage's TrainJob uses (the chart installs gagar-torch); None
     updates inside the train stage's own pod."""
 
-    @property
-    def world_size(self) -> int:
-        """Processes of the update in all."""
-        return self.nodes * self.procs_per_node
-
 
 @dataclass(frozen=True)
 class World:
