@@ -87,6 +87,7 @@ def test_a_tampered_or_differently_built_policy_is_not_used(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 3 minutes on 2 quiet cores (4,000 tasks, 100 SFT steps); 10+ loaded
 def test_make_embedded_reproduces_the_shipped_weights(tmp_path):
     """The build command, run again, follows the shipped run bit for bit (checked at its probe step:
     resuming is bit-exact, so the rest of the run is the same computation)."""
