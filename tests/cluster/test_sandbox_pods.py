@@ -51,7 +51,7 @@ HACKS = _load("test_sandbox_reward_hacking")
 
 class FlakyCore:
     """The real CoreV1Api, recording when each call was made; the first pod create answers 429 and
-    the first pod read 500, once each."""
+    the first pod delete 500, once each (results arrive through one watch, so no pod is read)."""
 
     def __init__(self, real: Any) -> None:
         self.real, self.calls, self.injected = real, [], []
@@ -63,7 +63,7 @@ class FlakyCore:
         def call(*args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 self.calls.append((time.monotonic(), name))
-                fail = {"create_namespaced_pod": 429, "read_namespaced_pod": 500}.get(name)
+                fail = {"create_namespaced_pod": 429, "delete_namespaced_pod": 500}.get(name)
                 if fail and name not in self.injected:
                     self.injected.append(name)
                     raise ApiException(status=fail, reason="injected by the test")
@@ -169,7 +169,7 @@ def test_gold_passes_and_empty_fails_in_pods(hostile) -> None:
 
 def test_injected_api_errors_were_retried(hostile) -> None:
     _, flaky = hostile
-    assert sorted(flaky.injected) == ["create_namespaced_pod", "read_namespaced_pod"]
+    assert sorted(flaky.injected) == ["create_namespaced_pod", "delete_namespaced_pod"]
 
 
 def test_requests_stay_within_the_rate_limit(hostile) -> None:
