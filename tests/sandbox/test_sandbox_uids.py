@@ -102,13 +102,30 @@ def _wait_until_started(work_root: Path, timeout_s: float = 60.0) -> None:
     raise AssertionError("the slow sandbox never started")
 
 
+def _wait_until_uid_runs(uid: int, timeout_s: float = 60.0) -> None:
+    """Until a process runs as ``uid`` (the slow pool's forkserver worker, which evaluates at once)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
+            except (OSError, StopIteration):
+                continue
+            if int(uids.split()[1]) == uid:
+                time.sleep(1.0)  # the 4 s test is running by now
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no process ever ran as the slow pool's uid {uid}")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="the local sandbox drops to a sandbox uid: needs root")
-def test_backends_sharing_a_uid_range_do_not_kill_each_other() -> None:
+@pytest.mark.parametrize("forkserver", [True, False], ids=["forkserver", "sandbox-per-evaluation"])
+def test_backends_sharing_a_uid_range_do_not_kill_each_other(forkserver: bool) -> None:
     # Two pools numbering their slots from one base_uid (as two processes on one machine do):
     # the quick run ends with "kill every process of my uid", which must not reach the slow one.
     work_root = Path(tempfile.mkdtemp(prefix="gagar-uids-"))  # the sandbox uid must traverse it
     work_root.chmod(0o755)
-    settings = LocalSandboxSettings(work_root=work_root, base_uid=63000)
+    settings = LocalSandboxSettings(work_root=work_root, base_uid=63000, forkserver=forkserver)
     limits = SandboxLimits(wall_time_s=60)
     slow, quick = _task("slow", SLEEPY_TEST), _task("quick", QUICK_TEST)
     slow_result: list[TestResult] = []
@@ -119,7 +136,10 @@ def test_backends_sharing_a_uid_range_do_not_kill_each_other() -> None:
     )
     worker.start()
     try:
-        _wait_until_started(work_root)
+        if forkserver:
+            _wait_until_uid_runs(63000)
+        else:
+            _wait_until_started(work_root)
         quick_result = LocalBackend(limits, settings, workers=1).evaluate(
             [(quick, Prediction(instance_id="quick"))]
         )
