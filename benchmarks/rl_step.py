@@ -119,7 +119,7 @@ def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> 
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
-            result = run_local(arguments, out=out, steps=1)
+            result = run_local(arguments, out=out, steps=1, max_gen_batches=1)  # as the in-process step
         finally:
             for fd, target in zip(saved, (1, 2), strict=True):
                 os.dup2(fd, target)
@@ -134,7 +134,7 @@ def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> 
     }
 
 
-_TASK_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) - INFO - Executing task \W*\[\d+m'(\w+)'")
+_TASK_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) - INFO - Executing task \W*\[\d+m'([\w-]+)'")
 
 
 def task_walls(log: Path, end_s: float) -> dict[str, float]:
@@ -146,7 +146,11 @@ def task_walls(log: Path, end_s: float) -> dict[str, float]:
             h, mi, sec, name = m.groups()
             starts.append((name, int(h) * 3600 + int(mi) * 60 + float(sec)))
     ends = [t for _, t in starts[1:]] + [end_s]
-    return {name: end - start for (name, start), end in zip(starts, ends, strict=True)}
+    walls: dict[str, float] = {}
+    for (name, start), end in zip(starts, ends, strict=True):
+        stage = re.sub(r"-\d+$", "", name)  # rollout-2: the same stage in a later step or batch
+        walls[stage] = walls.get(stage, 0.0) + end - start
+    return walls
 
 
 def import_seconds(statement: str, runs: int = 3) -> float:
