@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -43,7 +44,6 @@ def policy(
 ) -> None:
     """Start vLLM's OpenAI-compatible server for MODEL on loopback; stop it with Ctrl-C."""
     import signal
-    import time
 
     from gagar.policy.vllm_server import PolicyServerError, start_policy_server
 
@@ -60,15 +60,9 @@ def policy(
     # stop the vLLM process group before this process exits
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _interrupt)
-    with server:
-        typer.echo(f"serving {model} as {served_model_name!r} at {server.base_url} (log {server.log_path})")
-        try:
-            while server.process.poll() is None:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            return
-    typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
-    raise typer.Exit(1)
+    _serve_until_exit(
+        server, f"serving {model} as {served_model_name!r} at {server.base_url} (log {server.log_path})"
+    )
 
 
 @app.command()
@@ -116,17 +110,9 @@ def grader(
         except PolicyServerError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
-        with server:
-            typer.echo(
-                f"serving grader {model} as {served_model_name!r} at {server.base_url} (vLLM)", err=False
-            )
-            try:
-                while server.process.poll() is None:
-                    time.sleep(1)
-            except KeyboardInterrupt:
-                return
-        typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
-        raise typer.Exit(1)
+        _serve_until_exit(
+            server, f"serving grader {model} as {served_model_name!r} at {server.base_url} (vLLM)"
+        )
     from gagar.policy.generation import HFBackend
     from gagar.policy.model import load_policy
     from gagar.policy.server import running_server
@@ -166,3 +152,18 @@ def adapter_sync(
         if once:
             return
         time.sleep(interval_s)
+
+
+def _serve_until_exit(server: Any, banner: str) -> None:
+    """Print ``banner`` and wait on a started vLLM server until interrupted (return) or it exits (exit 1)."""
+    import time
+
+    with server:
+        typer.echo(banner)
+        try:
+            while server.process.poll() is None:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            return
+    typer.echo(f"vLLM server exited with {server.process.returncode}; log {server.log_path}", err=True)
+    raise typer.Exit(1)
