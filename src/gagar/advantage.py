@@ -217,6 +217,19 @@ def rank_weights(
     return raw / top[index]
 
 
+def _restoring_factor(
+    group: np.ndarray, n_groups: int, passing_a: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group ``(n_groups,)``: whether its passing members can be reweighted (every passing
+    advantage positive and a positive weighted sum), and the factor sum_P A / sum_P w A that brings
+    the weighted passing advantages back to their sum (1 where they cannot be reweighted)."""
+    passing_sum = _group_sum(group, n_groups, passing_a)
+    weighted_sum = _group_sum(group, n_groups, passing_a * weights)
+    nonpositive = np.bincount(group[passing_a <= 0], minlength=n_groups)
+    eligible = (nonpositive == 0) & (weighted_sum > 0)
+    return eligible, np.where(eligible, passing_sum / np.where(eligible, weighted_sum, 1.0), 1.0)
+
+
 def redistribute(
     advantages: np.ndarray | Iterable[float],
     passed: np.ndarray | Iterable[bool],
@@ -276,11 +289,8 @@ def redistribute(
 
     weights = rank_weights(rank, group, n_groups, decay=decay, gamma=gamma, floor=floor, scores=score)
     passing_a = a[members]  # (n_pass,)
-    passing_sum = _group_sum(group, n_groups, passing_a)  # (n_groups,)
-    weighted_sum = _group_sum(group, n_groups, passing_a * weights)  # (n_groups,)
-    nonpositive = np.bincount(group[passing_a <= 0], minlength=n_groups)  # (n_groups,)
-    eligible = (nonpositive == 0) & (weighted_sum > 0)  # (n_groups,)
-    scale = passing_sum / np.where(eligible, weighted_sum, 1.0) if restore_sum else np.ones(n_groups)
+    eligible, restoring = _restoring_factor(group, n_groups, passing_a, weights)
+    scale = restoring if restore_sum else np.ones(n_groups)
     out = a.copy()
     out[members] = np.where(eligible[group], passing_a * weights * scale[group], passing_a)
     return out
@@ -377,11 +387,8 @@ def tiered_redistribute(
     group = index[members]
     f = tier_factors(rank, group, n_groups, factors)
     passing_a = centred[members]
-    passing_sum = _group_sum(group, n_groups, passing_a)
-    weighted_sum = _group_sum(group, n_groups, passing_a * f)
-    nonpositive = np.bincount(group[passing_a <= 0], minlength=n_groups)
-    eligible = (nonpositive == 0) & (weighted_sum > 0)  # (n_groups,)
-    lam = np.minimum(passing_sum / np.where(eligible, weighted_sum, 1.0), factors.lambda_max)
+    eligible, restoring = _restoring_factor(group, n_groups, passing_a, f)
+    lam = np.minimum(restoring, factors.lambda_max)
     out = centred.copy()
     out[members] = np.where(eligible[group], passing_a * f * lam[group], passing_a)
     sizes = np.bincount(index, minlength=n_groups).astype(np.float64)
