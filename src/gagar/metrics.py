@@ -180,6 +180,12 @@ METRICS: tuple[Metric, ...] = (
         "Share of passing advantage mass the grader moved between trajectories in the last step.",
     ),
     Metric(
+        "gagar_policy_entropy_nats",
+        Kind.GAUGE,
+        "policy/entropy",
+        "Token-mean entropy of the policy over the last update's sampled response tokens, in nats.",
+    ),
+    Metric(
         "gagar_train_loss", Kind.GAUGE, "loss/<term>", "Loss of the last step, by term (policy, kl, total)."
     ),
     Metric(

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from gagar.advantage import Estimator
-from gagar.experiment.config import load_experiment_config
+from gagar.experiment.config import greedy_points, load_experiment_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +45,24 @@ def test_each_run_gets_the_shared_train_settings_and_its_arms_estimator(tmp_path
     assert grpo.rollout.group_size == 4
 
 
+def test_an_llm_grader_arm_passes_its_endpoint_to_the_trainer(tmp_path):
+    arm = {"name": "gagar-llm", "algo": "gagar", "grader": "llm", "grader_endpoint": "http://127.0.0.1:9/v1"}
+    config = load_experiment_config(_write(tmp_path, arms=[{"name": "grpo", "algo": "grpo"}, arm]))
+    run = config.train_config(config.arms[1], 0, grader_model=None)
+    assert (run.grader.kind, run.grader.endpoint) == ("llm", "http://127.0.0.1:9/v1")
+
+
+def test_greedy_points_are_the_start_every_few_steps_and_the_end(tmp_path):
+    assert greedy_points(30, 10) == [0, 10, 20, 30]
+    assert greedy_points(32, 10) == [0, 10, 20, 30, 32]
+    assert greedy_points(5, 8) == [0, 5]
+    assert greedy_points(30, None) == []
+    config = load_experiment_config(_write(tmp_path, steps=4, greedy_eval={"every": 2, "tasks": 5}))
+    assert config.greedy_points == [0, 2, 4]
+    assert config.train_config(config.arms[0], 0, None, steps=2).steps == 2  # a run stopped early
+    assert config.greedy_dir("grpo", 1, 2) == config.out_dir / "greedy" / "grpo" / "seed-1" / "after-0002"
+
+
 def test_the_repository_config_loads():
     config = load_experiment_config(REPO / "configs" / "experiment.yaml")
     assert config.out_dir == REPO / "runs" / "experiment"
@@ -65,6 +83,12 @@ def test_the_repository_config_loads():
             r"arm names must be distinct",
         ),
         ({"seeds": [1, 1]}, r"seeds must be distinct"),
+        ({"arms": [{"name": "l", "algo": "gagar", "grader": "llm"}]}, r"llm grader needs grader_endpoint"),
+        (
+            {"arms": [{"name": "h", "algo": "gagar", "grader": "heuristic", "grader_endpoint": "http://x"}]},
+            r"grader_endpoint is only for the llm grader",
+        ),
+        ({"greedy_eval": {"every": 0}}, r"greedy_eval.every"),
         ({"surprise": 1}, r"surprise"),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gagar.experiment.evaluation import changed_share
 from gagar.policy.agent_format import render_blocks
 from gagar.policy.evaluate import TrajectoryEval, evaluate_detailed, evaluate_trajectories, summarise
 from gagar.sandbox.local import LocalBackend
@@ -100,3 +101,28 @@ def test_nothing_resolving_leaves_the_resolved_only_metrics_unset():
     assert (q.pass_at_1, q.clean_resolved_rate) == (0.0, 0.0)
     assert q.relative_diff_size_resolved is None
     assert q.unclean_share_of_resolving is None
+
+
+def _greedy(instance_id: str, tokens: list[int]) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"{instance_id}/0",
+        instance_id=instance_id,
+        group_id=instance_id,
+        response_token_ids=tokens,
+        old_logprobs=[0.0] * len(tokens),
+        loss_mask=[1] * len(tokens),
+        n_response_tokens=len(tokens),
+    )
+
+
+def test_the_changed_share_compares_each_answer_with_the_starts_answer_to_the_same_task():
+    start = [_greedy("a", [1, 2]), _greedy("b", [3]), _greedy("c", [4, 5]), _greedy("d", [6])]
+    answers = [_greedy("b", [3]), _greedy("a", [1, 2, 9]), _greedy("c", [5, 4]), _greedy("d", [6])]
+    assert changed_share(answers, start) == pytest.approx(2 / 4)  # a grew a token, c reordered
+    assert changed_share(answers[:1], start) == 0.0  # a subset of the tasks
+    with pytest.raises(ValueError, match="'e' has no starting answer"):
+        changed_share([_greedy("e", [1])], start)
+    with pytest.raises(ValueError, match="answers hold task 'b' twice"):
+        changed_share([_greedy("b", [3]), _greedy("b", [3])], start)
+    with pytest.raises(ValueError, match="no answers"):
+        changed_share([], start)

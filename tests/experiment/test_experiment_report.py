@@ -112,3 +112,32 @@ def test_the_markdown_has_the_table_the_paired_table_the_check_and_a_blank_verdi
     assert "+20.3 [" in paired
     assert "![bars](x.png)" in text
     assert text.rstrip().endswith("_To be written by a person after reading the numbers above._")
+
+
+def test_greedy_evaluations_give_the_last_update_table_and_curves_from_the_shared_start():
+    from gagar.experiment.report import greedy_curves
+
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    results.config["greedy_eval"] = {"every": 4, "tasks": None}
+
+    def greedy(arm: str, seed: int | None, updates: int, resolved: float, changed: float | None):
+        s = _summary(arm, seed, resolved, resolved, 1.0)
+        return s.model_copy(update={"updates": updates, "changed_from_start": changed})
+
+    results.greedy.append(greedy("sft", None, 0, 0.9, None))
+    for seed in (0, 1, 2):
+        results.greedy.extend(
+            [greedy("grpo", seed, 4, 0.8, 0.1), greedy("grpo", seed, 8, 0.7, 0.2 + seed / 10)]
+        )
+        results.greedy.append(greedy("gagar-heuristic", seed, 4, 0.9, 0.05))  # still going: no step 8 yet
+    curves = greedy_curves(results)
+    changed = curves["answers changed from the start (%)"]
+    assert [pytest.approx(v) for v in changed["grpo"]] == [[0, 10, 20], [0, 10, 30], [0, 10, 40]]
+    assert changed["gagar-heuristic"] == [[0.0, 5.0]] * 3
+    assert curves["resolved rate (%)"]["grpo"][0] == pytest.approx([90.0, 80.0, 70.0])
+    text = render_report(results, {})
+    section = text.split("## Greedy held-out answers after the last update")[1].split("## Mechanical")[0]
+    assert "| grpo | 3 | 70.0 [70.0, 70.0] |" in section
+    assert "| sft | 1 | 90.0 (n=1) |" in section
+    assert "30.0 [" in section  # grpo's changed share: mean of 20, 30, 40
+    assert "| gagar-heuristic | n/a |" in section  # no paired seeds after the last update yet

@@ -28,6 +28,7 @@ STEP = {
     "grader/fallbacks": 2,
     "grader/fallbacks/invalid_ranking": 2,
     "credit/moved_ratio": 0.125,
+    "policy/entropy": 0.75,
     "loss/policy": -0.02,
     "loss/total": 0.5,
     "perf/tokens_per_s": 11000.0,
@@ -97,6 +98,7 @@ def test_record_step_maps_trainer_keys() -> None:
     assert value("gagar_grader_fallbacks_total", {"reason": "invalid_ranking"}) == 2  # counted once
     assert value("gagar_grader_fallbacks_total", {"reason": "unspecified"}) is None
     assert value("gagar_credit_moved_ratio") == 0.125
+    assert value("gagar_policy_entropy_nats") == 0.75
     assert value("gagar_train_loss", {"term": "policy"}) == -0.02
     assert value("gagar_train_tokens_per_second") == 11000.0
     assert value("gagar_rl_step_duration_seconds_count") == 2

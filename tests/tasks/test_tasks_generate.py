@@ -50,6 +50,26 @@ def test_heldout_never_shares_a_repository_with_train(tasks: list[Task]):
         generate_tasks(1, SEED, "test")  # type: ignore[arg-type]
 
 
+def test_rl_and_heldout_seeds_of_the_embedded_default_never_share_a_repository_with_its_sft_tasks():
+    """The SFT demonstrations come from (train, seed 0), RL tasks from (train, seed 1000), held-out tasks
+    from (heldout, seed 2000) (gagar.embedded): a repository is named after its split, seed and index, so
+    the sets are disjoint at every size, not only at the sizes drawn here."""
+    from gagar import embedded
+
+    sft = generate_tasks(60, 0, "train", verify=False)
+    rl = generate_tasks(12, embedded._RL_SEED_OFFSET, "train", verify=False)
+    heldout = generate_tasks(12, embedded._HELDOUT_SEED_OFFSET, "heldout", verify=False)
+    repos = [{t.repo for t in tasks} for tasks in (sft, rl, heldout)]
+    assert [len(r) for r in repos] == [60, 12, 12]
+    assert repos[0].isdisjoint(repos[1])
+    assert repos[0].isdisjoint(repos[2])
+    assert repos[1].isdisjoint(repos[2])
+    for tasks, split, seed in ((sft, "train", 0), (rl, "train", embedded._RL_SEED_OFFSET)):
+        assert all(re.fullmatch(rf"synth-{split}/[a-z]+-{seed}-{i}", t.repo) for i, t in enumerate(tasks)), (
+            tasks[0].repo
+        )
+
+
 def test_tasks_are_small_one_line_fixes_reported_like_a_user(tasks: list[Task]):
     assert len({t.bug_kind for t in tasks}) >= 6
     for task in tasks:

@@ -14,6 +14,8 @@ from gagar.train.loss import (
     policy_loss,
     policy_loss_reference,
     response_logprobs,
+    response_logprobs_and_entropy,
+    token_entropy,
     token_logprobs,
 )
 
@@ -183,7 +185,7 @@ def test_token_logprobs_is_log_softmax_at_the_temperature():
         token_logprobs(logits, tokens, temperature=0.0)
 
 
-def test_response_logprobs_aligns_logits_with_the_next_token():
+def _tiny_lm() -> torch.nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
@@ -191,7 +193,82 @@ def test_response_logprobs_aligns_logits_with_the_next_token():
         vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         num_key_value_heads=1, intermediate_size=64,
     )  # fmt: skip
-    model = Qwen2ForCausalLM(config).eval()
+    return Qwen2ForCausalLM(config).eval()
+
+
+def test_token_entropy_by_hand():
+    # p = (1/2, 1/4, 1/4): H = ½ ln 2 + 2 · ¼ ln 4 = 1.5 ln 2; uniform over 4: ln 4
+    halves = torch.log(torch.tensor([0.5, 0.25, 0.25]))
+    assert token_entropy(halves).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)
+    assert token_entropy(halves + 7.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)  # shift-invariant
+    # the temperature divides the logits: 2 ln p at temperature 2 is p again
+    assert token_entropy(2.0 * halves, temperature=2.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)
+    batch = torch.stack([torch.zeros(4), torch.tensor([50.0, 0.0, 0.0, 0.0])])  # (2, vocab=4)
+    got = token_entropy(batch)
+    assert got.shape == (2,)
+    assert got[0].item() == pytest.approx(LOG(4), abs=1e-6)
+    assert got[1].item() == pytest.approx(0.0, abs=1e-6)  # nearly one-hot
+    with pytest.raises(ValueError, match="temperature"):
+        token_entropy(batch, temperature=0.0)
+
+
+def test_response_entropy_is_that_of_the_distribution_each_response_token_was_sampled_from():
+    model = _tiny_lm()
+    prompts, responses = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14, 15]]
+    packed = pack_sequences(prompts, responses, pad_id=0)
+    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len, 0.7)
+    logprobs, entropy = response_logprobs_and_entropy(model, *args)
+    assert torch.equal(logprobs.detach(), response_logprobs(model, *args).detach())
+    assert entropy is not None
+    assert entropy.shape == (2, 4)
+    assert not entropy.requires_grad
+    for row, (prompt, response) in enumerate(zip(prompts, responses, strict=True)):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
+        for j in range(len(response)):
+            p = torch.softmax(logits[len(prompt) + j - 1] / 0.7, dim=-1)
+            expected = -sum(float(q) * math.log(float(q)) for q in p)
+            assert entropy[row, j].item() == pytest.approx(expected, abs=1e-5)
+    assert entropy[0, 2:].tolist() == [0.0, 0.0]  # past the end of the first response
+
+
+def test_the_update_logs_the_token_mean_entropy_over_the_masked_response_tokens():
+    import numpy as np
+
+    from gagar.schema.trajectory import SamplingParams, Trajectory
+    from gagar.train.update import OptimConfig, make_optimizer, update_policy
+
+    model = _tiny_lm()
+    prompts, responses, masks = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14]], [[1, 1], [1, 0, 1]]
+    trajectories = [
+        Trajectory(
+            trajectory_id=f"t{i}",
+            instance_id="x",
+            group_id="g",
+            prompt_token_ids=p,
+            response_token_ids=r,
+            old_logprobs=[0.0] * len(r),
+            loss_mask=m,
+            n_prompt_tokens=len(p),
+            n_response_tokens=len(r),
+            sampling=SamplingParams(temperature=0.7),
+        )
+        for i, (p, r, m) in enumerate(zip(prompts, responses, masks, strict=True))
+    ]
+    packed = pack_sequences(prompts, responses, pad_id=0)
+    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len, 0.7)
+    _, entropy = response_logprobs_and_entropy(model, *args)  # before the update changes the weights
+    kept = [entropy[0, 0], entropy[0, 1], entropy[1, 0], entropy[1, 2]]  # the loss-masked tokens
+    config = OptimConfig(lr=1e-3, minibatch_size=2)
+    metrics = update_policy(
+        model, make_optimizer(model, config), trajectories, np.array([1.0, -1.0]), config, pad_id=0,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    assert metrics["policy/entropy"] == pytest.approx(float(sum(kept)) / 4, abs=1e-5)
+
+
+def test_response_logprobs_aligns_logits_with_the_next_token():
+    model = _tiny_lm()
     prompts, responses = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14, 15]]
     packed = pack_sequences(prompts, responses, pad_id=0)
     with torch.no_grad():

@@ -22,7 +22,9 @@ __all__ = [
     "EvalSettings",
     "ExperimentConfig",
     "GraderSFTSettings",
+    "GreedyEvalSettings",
     "default_arms",
+    "greedy_points",
     "load_experiment_config",
 ]
 
@@ -45,6 +47,8 @@ class ArmConfig(_Section):
     """heuristic or learned (the estimators that use a grader only)."""
     grader_model: Path | None = None
     """Learned grader directory; None lets the harness train one on the training tasks."""
+    grader_endpoint: str | None = None
+    """The llm grader's OpenAI-compatible base URL (``gagar serve grader --model DIR`` prints it)."""
 
     @model_validator(mode="after")
     def _grader_matches_algo(self) -> ArmConfig:
@@ -56,8 +60,13 @@ class ArmConfig(_Section):
             raise ValueError(
                 f"arm {self.name!r}: algo {self.algo.value} uses no grader, got {self.grader.value!r}"
             )
-        if self.grader is GraderKind.LLM:
-            raise ValueError(f"arm {self.name!r}: the llm grader needs a server; use heuristic or learned")
+        if self.grader is GraderKind.LLM and self.grader_endpoint is None:
+            raise ValueError(
+                f"arm {self.name!r}: the llm grader needs grader_endpoint, the URL that "
+                "`gagar serve grader --model DIR` prints"
+            )
+        if self.grader_endpoint is not None and self.grader is not GraderKind.LLM:
+            raise ValueError(f"arm {self.name!r}: grader_endpoint is only for the llm grader")
         if self.grader_model is not None and self.grader is not GraderKind.LEARNED:
             raise ValueError(f"arm {self.name!r}: grader_model is only for the learned grader")
         return self
@@ -100,6 +109,26 @@ class EvalSettings(_Section):
     """The run of seed s is evaluated with sampling seed ``seed_offset + s`` (the SFT row: the first seed)."""
 
 
+class GreedyEvalSettings(_Section):
+    """Greedy held-out evaluations during training: the held-out curves, and how far each run moved
+    from the start (the share of held-out tasks whose greedy answer is no longer the starting policy's).
+
+    Greedy answers are deterministic, so a changed answer is the policy's doing, not the sampler's.
+    Answer length and the generation backend are those of ``evaluation``.
+    """
+
+    every: int | None = Field(default=None, ge=1)
+    """Steps between greedy evaluations, which also run at the start and after the last step;
+    None runs none."""
+    tasks: int | None = Field(default=None, ge=1)
+    """Evaluate on the first this many held-out tasks; None: all of them."""
+
+
+def greedy_points(steps: int, every: int | None) -> list[int]:
+    """0, ``every``, ``2·every``, ... below ``steps``, then ``steps``; empty when ``every`` is None."""
+    return [] if every is None else sorted({*range(0, steps, every), steps})
+
+
 class ExperimentConfig(_Section):
     """The whole experiment: shared inputs, arms, seeds, steps, training and evaluation knobs."""
 
@@ -121,6 +150,7 @@ class ExperimentConfig(_Section):
     """Other TrainConfig settings for every run (rollout, sandbox, optim, advantage decay, ...)."""
     grader_sft: GraderSFTSettings = Field(default_factory=GraderSFTSettings)
     evaluation: EvalSettings = Field(default_factory=EvalSettings)
+    greedy_eval: GreedyEvalSettings = Field(default_factory=GreedyEvalSettings)
 
     @field_validator("seeds")
     @classmethod
@@ -149,6 +179,12 @@ class ExperimentConfig(_Section):
         return next((a for a in self.arms if a.algo is Estimator.GRPO), None)
 
     @property
+    def greedy_points(self) -> list[int]:
+        """The numbers of updates after which a run is evaluated greedily: 0 (the start), every
+        ``greedy_eval.every`` steps, and ``steps``; empty when ``greedy_eval.every`` is None."""
+        return greedy_points(self.steps, self.greedy_eval.every)
+
+    @property
     def sandbox(self) -> SandboxSettings:
         """Where tests run, for training and evaluation alike (``train.sandbox``)."""
         return SandboxSettings(**(self.train.get("sandbox") or {}))
@@ -162,20 +198,35 @@ class ExperimentConfig(_Section):
         base = self.out_dir / "eval" / arm
         return base if seed is None else base / f"seed-{seed}"
 
-    def train_config(self, arm: ArmConfig, seed: int, grader_model: Path | None) -> TrainConfig:
+    def greedy_dir(self, arm: str, seed: int | None, updates: int) -> Path:
+        """Where the greedy evaluation of ``arm`` at ``seed`` after ``updates`` updates goes (the start:
+        ``sft``, no seed, 0 updates)."""
+        base = self.out_dir / "greedy" / arm
+        return (base if seed is None else base / f"seed-{seed}") / f"after-{updates:04d}"
+
+    def train_config(
+        self, arm: ArmConfig, seed: int, grader_model: Path | None, steps: int | None = None
+    ) -> TrainConfig:
         """The TrainConfig of one run: shared ``train`` settings, then this arm's estimator and grader.
+
+        ``steps`` (default: the experiment's) stops the run earlier, to evaluate it there; a later
+        call with more steps resumes it.
 
         Raises:
             ValueError: a ``train`` setting TrainConfig refuses, naming it.
         """
         advantage = {**(self.train.get("advantage") or {}), "algo": arm.algo.value}
-        grader = {"kind": (arm.grader or GraderKind.HEURISTIC).value, "model": grader_model}
+        grader = {
+            "kind": (arm.grader or GraderKind.HEURISTIC).value,
+            "model": grader_model,
+            "endpoint": arm.grader_endpoint,
+        }
         values = {
             **self.train,
             "run_dir": self.run_dir(arm, seed),
             "tasks": self.train_tasks,
             "policy": self.policy,
-            "steps": self.steps,
+            "steps": self.steps if steps is None else steps,
             "seed": seed,
             "advantage": advantage,
             "grader": grader,

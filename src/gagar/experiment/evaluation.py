@@ -8,6 +8,7 @@ written last: a folder with a summary is a finished evaluation and is never redo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -16,15 +17,26 @@ from gagar.experiment.config import EvalSettings
 from gagar.policy.evaluate import RolloutQuality, evaluate_detailed
 from gagar.policy.rollout import make_backend
 from gagar.policy.rollout import rollout as sample
-from gagar.records import atomic_write_text, write_records
+from gagar.records import atomic_write_text, read_records, write_records
 from gagar.sandbox.runner import BackendName
 from gagar.sandbox.runner import make_backend as make_sandbox
-from gagar.schema.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.tasks.loaders import load_tasks
 
-__all__ = ["SUMMARY", "EvalSummary", "evaluate_policy", "read_summary"]
+__all__ = [
+    "GREEDY_TOP_P",
+    "SUMMARY",
+    "EvalSummary",
+    "changed_share",
+    "evaluate_policy",
+    "read_summary",
+    "read_trajectories",
+]
 
 SUMMARY = "summary.json"
+GREEDY_TOP_P = 1e-9
+"""Nucleus mass of greedy decoding: a nucleus this small holds only the most likely token, so the
+sampler (whatever its seed) picks the argmax each step."""
 
 
 class EvalSummary(BaseModel):
@@ -40,12 +52,49 @@ class EvalSummary(BaseModel):
     quality: RolloutQuality
     seconds: float
     """Wall time of the evaluation."""
+    updates: int | None = None
+    """Updates the evaluated policy had (greedy evaluations during training); None for a final one."""
+    changed_from_start: float | None = None
+    """Share of the tasks whose answer differs, token for token, from the starting policy's answer
+    under the same decoding (greedy evaluations only)."""
 
 
 def read_summary(out: Path) -> EvalSummary | None:
     """The summary of a finished evaluation in ``out``; None when it has not finished."""
     path = out / SUMMARY
     return EvalSummary.model_validate_json(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def read_trajectories(out: Path) -> list[Trajectory]:
+    """The answers of the evaluation in ``out``."""
+    return read_records(out / "trajectories.jsonl", Trajectory)
+
+
+def changed_share(answers: Sequence[Trajectory], start: Sequence[Trajectory]) -> float:
+    """Share of ``answers`` whose response tokens differ from the ``start`` answer to the same task.
+
+    One answer per task on each side (greedy evaluations).
+
+    Raises:
+        ValueError: no answers, a task answered twice, or a task ``start`` did not answer.
+    """
+    before: dict[str, list[int]] = {}
+    for t in start:
+        if t.instance_id in before:
+            raise ValueError(f"the starting answers hold task {t.instance_id!r} twice")
+        before[t.instance_id] = t.response_token_ids
+    if not answers:
+        raise ValueError("no answers to compare with the start")
+    seen: set[str] = set()
+    changed = 0
+    for t in answers:
+        if t.instance_id in seen:
+            raise ValueError(f"the answers hold task {t.instance_id!r} twice")
+        if t.instance_id not in before:
+            raise ValueError(f"task {t.instance_id!r} has no starting answer to compare with")
+        seen.add(t.instance_id)
+        changed += t.response_token_ids != before[t.instance_id]
+    return changed / len(answers)
 
 
 def evaluate_policy(
@@ -60,14 +109,23 @@ def evaluate_policy(
     sandbox: str = "local",
     workers: int | None = None,
     progress: bool = True,
+    max_tasks: int | None = None,
+    updates: int | None = None,
+    start: Sequence[Trajectory] | None = None,
 ) -> EvalSummary:
     """Sample ``settings.samples_per_task`` answers per task from ``policy``, test and judge them.
+
+    Args:
+        max_tasks: evaluate on the first this many tasks only.
+        updates: recorded in the summary (how many updates the policy had).
+        start: the starting policy's answers under the same decoding; the summary's
+            ``changed_from_start`` compares against them (:func:`changed_share`).
 
     Raises:
         ValueError: an empty task file or an unknown backend.
     """
     started = time.perf_counter()
-    held_out = load_tasks(tasks)
+    held_out = load_tasks(tasks)[:max_tasks]
     if not held_out:
         raise ValueError(f"{tasks}: no held-out tasks")
     generator, tokenizer = make_backend(str(policy), settings.backend)
@@ -102,6 +160,8 @@ def evaluate_policy(
         sampling_seed=sampling_seed,
         quality=quality,
         seconds=time.perf_counter() - started,
+        updates=updates,
+        changed_from_start=None if start is None else changed_share(trajectories, start),
     )
     atomic_write_text(out / SUMMARY, summary.model_dump_json(indent=1))
     return summary

@@ -7,6 +7,9 @@ Under ``config.out_dir``:
 - ``grader-learned/``: the learned grader the harness trained once, when an arm asks for one without a model;
 - ``runs/<arm>/seed-<s>/``: each trainer run (checkpoints, metrics.jsonl, training.png);
 - ``eval/sft/`` and ``eval/<arm>/seed-<s>/``: each held-out evaluation (:mod:`gagar.experiment.evaluation`);
+- ``greedy/sft/after-0000/`` and ``greedy/<arm>/seed-<s>/after-<n>/``: with ``greedy_eval.every`` set,
+  the greedy held-out evaluation of the start and of each run after ``n`` updates (the run is trained
+  up to each such point, evaluated, then resumed);
 - ``timing.jsonl`` (seconds of each piece of work done) and ``sessions.jsonl`` (each invocation: command,
   start, wall time, machine).
 
@@ -28,7 +31,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from gagar.experiment.config import ArmConfig, ExperimentConfig
-from gagar.experiment.evaluation import EvalSummary, evaluate_policy, read_summary
+from gagar.experiment.evaluation import (
+    GREEDY_TOP_P,
+    EvalSummary,
+    evaluate_policy,
+    read_summary,
+    read_trajectories,
+)
 from gagar.grader.run import GraderKind
 from gagar.records import atomic_write_text
 
@@ -37,6 +46,7 @@ __all__ = [
     "SESSIONS",
     "TIMING",
     "Session",
+    "check_disjoint_repositories",
     "ensure_learned_grader",
     "machine_description",
     "run_experiment",
@@ -60,6 +70,12 @@ class Session(BaseModel):
     """UTC start time, ISO 8601."""
     wall_s: float
     machine: str
+    load_start: list[float] | None = None
+    """1-, 5- and 15-minute load averages when the session started."""
+    load_end: list[float] | None = None
+    """The same when it ended."""
+    niceness: int | None = None
+    """The process's nice value."""
 
 
 def machine_description() -> str:
@@ -103,6 +119,25 @@ def _check_and_record_config(config: ExperimentConfig) -> None:
     atomic_write_text(path, json.dumps(current, indent=1, sort_keys=True))
 
 
+def check_disjoint_repositories(config: ExperimentConfig) -> None:
+    """Refuse held-out tasks from a repository the training tasks also come from.
+
+    Raises:
+        ValueError: naming the shared repositories (the first few).
+    """
+    from gagar.tasks.loaders import load_tasks
+
+    shared = {t.repo for t in load_tasks(config.train_tasks)} & {
+        t.repo for t in load_tasks(config.heldout_tasks)
+    }
+    if shared:
+        names = ", ".join(sorted(shared)[:3])
+        raise ValueError(
+            f"{config.heldout_tasks} shares {len(shared)} repositories with {config.train_tasks} ({names}): "
+            "held-out tasks must come from repositories never seen in training"
+        )
+
+
 def ensure_learned_grader(config: ExperimentConfig, progress: bool = True) -> Path:
     """The harness's learned grader, trained once on the training tasks (``gagar grader sft``)."""
     from gagar.grader.learned import ScorerConfig
@@ -133,26 +168,39 @@ def _finished(run_dir: Path, steps: int) -> Path | None:
 
 
 def train_run(
-    config: ExperimentConfig, arm: ArmConfig, seed: int, grader_model: Path | None, progress: bool = True
+    config: ExperimentConfig,
+    arm: ArmConfig,
+    seed: int,
+    grader_model: Path | None,
+    progress: bool = True,
+    steps: int | None = None,
 ) -> Path:
-    """Train (or resume, or skip when finished) the run of ``arm`` at ``seed``; its final policy directory."""
+    """Train (or resume, or skip when finished) the run of ``arm`` at ``seed`` up to ``steps`` steps
+    (default: all of them); the policy directory of its checkpoint at that point.
+
+    Raises:
+        RuntimeError: the run went past ``steps`` and no longer holds that checkpoint.
+    """
+    from gagar.train.checkpoint import CheckpointManager
     from gagar.train.trainer import train
 
+    steps = config.steps if steps is None else steps
     run_dir = config.run_dir(arm, seed)
-    final = _finished(run_dir, config.steps)
-    if final is not None:
-        log.info("%s: finished, skipped", run_dir)
-        return final
-    started = time.perf_counter()
-    train(config.train_config(arm, seed, grader_model), resume=True, progress=progress)
-    _append(
-        config.out_dir / TIMING,
-        {"kind": "train", "arm": arm.name, "seed": seed, "seconds": time.perf_counter() - started},
-    )
-    final = _finished(run_dir, config.steps)
-    if final is None:
-        raise RuntimeError(f"{run_dir}: the trainer returned without a checkpoint of step {config.steps - 1}")
-    return final
+    if _finished(run_dir, steps) is None:
+        started = time.perf_counter()
+        train(config.train_config(arm, seed, grader_model, steps), resume=True, progress=progress)
+        _append(
+            config.out_dir / TIMING,
+            {"kind": "train", "arm": arm.name, "seed": seed, "seconds": time.perf_counter() - started},
+        )
+        if _finished(run_dir, steps) is None:
+            raise RuntimeError(f"{run_dir}: the trainer returned without a checkpoint of step {steps - 1}")
+    else:
+        log.info("%s: %d steps finished, skipped", run_dir, steps)
+    at = CheckpointManager(run_dir / "checkpoints", keep_last=None).path_for(steps - 1) / "model"
+    if not at.is_dir():
+        raise RuntimeError(f"{run_dir}: the checkpoint of step {steps - 1} is gone (keep_checkpoints)")
+    return at
 
 
 def _evaluate(
@@ -179,22 +227,72 @@ def _evaluate(
     return summary
 
 
+def _greedy(
+    config: ExperimentConfig,
+    policy: Path,
+    arm: str,
+    seed: int | None,
+    updates: int,
+    progress: bool,
+) -> EvalSummary:
+    """The greedy held-out evaluation of ``policy`` after ``updates`` updates (done once), compared with
+    the start's greedy answers."""
+    out = config.greedy_dir(arm, seed, updates)
+    done = read_summary(out)
+    if done is not None:
+        return done
+    start_dir = config.greedy_dir("sft", None, 0)
+    start = None if arm == "sft" else read_trajectories(start_dir)
+    settings = config.evaluation.model_copy(
+        update={"samples_per_task": 1, "temperature": 1.0, "top_p": GREEDY_TOP_P}
+    )
+    summary = evaluate_policy(
+        policy=policy,
+        tasks=config.heldout_tasks,
+        settings=settings,
+        out=out,
+        arm=arm,
+        seed=seed,
+        sampling_seed=config.evaluation.seed_offset,
+        sandbox=config.sandbox.backend,
+        workers=config.sandbox.workers,
+        progress=progress,
+        max_tasks=config.greedy_eval.tasks,
+        updates=updates,
+        start=start,
+    )
+    _append(
+        config.out_dir / TIMING,
+        {"kind": "greedy_eval", "arm": arm, "seed": seed, "updates": updates, "seconds": summary.seconds},
+    )
+    return summary
+
+
 def run_experiment(config: ExperimentConfig, *, command: str, progress: bool = True) -> list[EvalSummary]:
     """Run every missing piece of the experiment; the evaluations of the SFT start and of every run.
 
     Raises:
-        ValueError: ``config.out_dir`` holds runs made with other settings.
+        ValueError: ``config.out_dir`` holds runs made with other settings, or the held-out tasks share
+            a repository with the training tasks.
     """
-    started, wall = dt.datetime.now(dt.UTC), time.perf_counter()
+    started, wall, load_start = dt.datetime.now(dt.UTC), time.perf_counter(), list(os.getloadavg())
+    check_disjoint_repositories(config)
     _check_and_record_config(config)
     try:
         learned = None
         if any(a.grader is GraderKind.LEARNED and a.grader_model is None for a in config.arms):
             learned = ensure_learned_grader(config, progress)
+        points = config.greedy_points
+        if points:
+            _greedy(config, config.policy, "sft", None, 0, progress)
         summaries = [_evaluate(config, config.policy, "sft", None, progress)]
         for seed in config.seeds:  # seed-major: every finished seed already gives paired differences
             for arm in config.arms:
                 grader_model = arm.grader_model or (learned if arm.grader is GraderKind.LEARNED else None)
+                for updates in (p for p in points if p > 0):
+                    if read_summary(config.greedy_dir(arm.name, seed, updates)) is None:
+                        policy = train_run(config, arm, seed, grader_model, progress, steps=updates)
+                        _greedy(config, policy, arm.name, seed, updates, progress)
                 final = train_run(config, arm, seed, grader_model, progress)
                 summaries.append(_evaluate(config, final, arm.name, seed, progress))
     finally:
@@ -203,6 +301,9 @@ def run_experiment(config: ExperimentConfig, *, command: str, progress: bool = T
             started=started.isoformat(timespec="seconds"),
             wall_s=time.perf_counter() - wall,
             machine=machine_description(),
+            load_start=load_start,
+            load_end=list(os.getloadavg()),
+            niceness=os.nice(0),
         )
         _append(config.out_dir / SESSIONS, session.model_dump())
     return summaries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from io import BytesIO
@@ -59,31 +60,47 @@ def plot_metric_bars(
 
 
 def plot_training_curves(
-    panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]], path: str | os.PathLike[str]
+    panels: Mapping[str, Mapping[str, Sequence[Sequence[float]]]],
+    path: str | os.PathLike[str],
+    x: Sequence[float] | None = None,
+    xlabel: str = "step",
 ) -> None:
-    """One panel per metric (title -> arm -> per seed, the value at each step): the mean over seeds per
-    step and, with two seeds or more, its 95% t-interval as a band. Seeds may differ in length (a run
-    still going); each step averages the seeds that reached it."""
+    """One panel per metric (title -> arm -> per seed, the value at each point): the mean over seeds per
+    point and, with two seeds or more, its 95% t-interval as a band. Seeds may differ in length (a run
+    still going); each point averages the seeds that reached it. ``x`` places point ``i`` at ``x[i]``
+    (default: at ``i``, the step); a NaN value is a point that seed does not have. Panels go three
+    to a row."""
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.4), constrained_layout=True)
-    for ax, (title, by_arm) in zip(list(axes) if len(panels) > 1 else [axes], panels.items(), strict=True):
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, grid = plt.subplots(
+        rows, columns, figsize=(5 * columns, 3.4 * rows), constrained_layout=True, squeeze=False
+    )
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (title, by_arm) in zip(axes, panels.items(), strict=False):
         for colour, (arm, seeds) in enumerate(by_arm.items()):
-            steps = range(max((len(s) for s in seeds), default=0))
-            intervals = [t_interval([s[step] for s in seeds if step < len(s)]) for step in steps]
-            ax.plot(list(steps), [i.mean for i in intervals], marker="o", color=f"C{colour}", label=arm)
-            banded = [(step, i) for step, i in zip(steps, intervals, strict=True) if i.low is not None]
+            reached = [
+                (x[p] if x is not None else p, [s[p] for s in seeds if p < len(s) and math.isfinite(s[p])])
+                for p in range(max((len(s) for s in seeds), default=0))
+            ]
+            at = [a for a, values in reached if values]
+            intervals = [t_interval(values) for _, values in reached if values]
+            ax.plot(at, [i.mean for i in intervals], marker="o", color=f"C{colour}", label=arm)
+            banded = [(a, i) for a, i in zip(at, intervals, strict=True) if i.low is not None]
             if banded:
                 ax.fill_between(
-                    [s for s, _ in banded],
+                    [a for a, _ in banded],
                     [i.low for _, i in banded],
                     [i.high for _, i in banded],
                     color=f"C{colour}",
                     alpha=0.2,
                 )
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("step")
+        ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gagar.experiment.config import greedy_points
 from gagar.experiment.evaluation import SUMMARY, EvalSummary
 from gagar.experiment.harness import CONFIG, SESSIONS, TIMING, Session
 from gagar.experiment.plots import plot_metric_bars, plot_training_curves
 from gagar.experiment.stats import Interval, paired_difference, t_interval
-from gagar.policy.evaluate import RolloutQuality
 
 __all__ = [
     "AIM_CLEAN_POINTS",
+    "CURVE_KEYS",
+    "GREEDY_METRICS",
     "METRICS",
     "ExperimentResults",
     "Metric",
@@ -44,21 +46,30 @@ class Metric:
 
     key: str
     label: str
-    value: Callable[[RolloutQuality], float | None]
+    value: Callable[[EvalSummary], float | None]
     scale: float = 1.0
     """100 for rates, reported in percent (differences in points)."""
     digits: int = 2
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("resolved", "resolved rate (%)", lambda q: q.pass_at_1, 100.0, 1),
-    Metric("clean_resolved", "clean-resolved rate (%)", lambda q: q.clean_resolved_rate, 100.0, 1),
-    Metric("diff_size", "diff size / gold, resolved", lambda q: q.relative_diff_size_resolved, 1.0, 2),
-    Metric("tokens", "response tokens / trajectory", lambda q: q.response_tokens_mean, 1.0, 1),
-    Metric("turns", "turns / trajectory", lambda q: q.turns_mean, 1.0, 2),
-    Metric("parse", "parse rate (%)", lambda q: q.parse_rate, 100.0, 1),
+    Metric("resolved", "resolved rate (%)", lambda s: s.quality.pass_at_1, 100.0, 1),
+    Metric("clean_resolved", "clean-resolved rate (%)", lambda s: s.quality.clean_resolved_rate, 100.0, 1),
+    Metric(
+        "diff_size", "diff size / gold, resolved", lambda s: s.quality.relative_diff_size_resolved, 1.0, 2
+    ),
+    Metric("tokens", "response tokens / trajectory", lambda s: s.quality.response_tokens_mean, 1.0, 1),
+    Metric("turns", "turns / trajectory", lambda s: s.quality.turns_mean, 1.0, 2),
+    Metric("parse", "parse rate (%)", lambda s: s.quality.parse_rate, 100.0, 1),
 )
 _BY_KEY = {m.key: m for m in METRICS}
+GREEDY_METRICS: tuple[Metric, ...] = (
+    _BY_KEY["resolved"],
+    _BY_KEY["clean_resolved"],
+    _BY_KEY["tokens"],
+    Metric("changed", "answers changed from the start (%)", lambda s: s.changed_from_start, 100.0, 1),
+)
+"""What the greedy held-out evaluations during training report (one answer per task)."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +80,17 @@ class ExperimentResults:
     """``config.json`` as written by the harness."""
     summaries: list[EvalSummary]
     curves: dict[str, dict[str, list[list[float]]]]
-    """Training metric key -> arm -> per seed, the value at each step."""
+    """Training metric key -> arm -> per seed, the value at each step (NaN where a step has none)."""
     sessions: list[Session]
     seconds: dict[str, float]
-    """Work seconds by kind (train, eval, grader_sft)."""
+    """Work seconds by kind (train, eval, greedy_eval, grader_sft)."""
+    greedy: list[EvalSummary] = field(default_factory=list)
+    """The greedy held-out evaluations during training (``greedy_eval``), the start's included."""
+
+    @property
+    def last_greedy(self) -> list[EvalSummary]:
+        """The greedy evaluations after the last update (the start's as the ``sft`` row)."""
+        return [s for s in self.greedy if s.arm == "sft" or s.updates == self.config["steps"]]
 
     @property
     def arms(self) -> list[str]:
@@ -87,7 +105,12 @@ class ExperimentResults:
 CURVE_KEYS = {
     "rollout/resolved_rate": "training resolved rate",
     "rollout/response_tokens_mean": "training response tokens",
+    "policy/entropy": "policy entropy (nats/token)",
+    "sandbox/hack_ratio": "training hack rate",
+    "credit/moved_ratio": "share of passing credit moved",
 }
+"""Training metrics (metrics.jsonl keys) plotted per step, with their titles."""
+_ABLATION_KEYS = ("policy/entropy", "rollout/response_tokens_mean")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -106,46 +129,60 @@ def load_results(out_dir: Path) -> ExperimentResults:
     if not config_path.exists():
         raise ValueError(f"{out_dir}: no {CONFIG}; not an experiment folder (run `gagar experiment run`)")
     config = json.loads(config_path.read_text(encoding="utf-8"))
-    summaries = [
-        EvalSummary.model_validate_json(p.read_text(encoding="utf-8"))
-        for p in sorted((out_dir / "eval").rglob(SUMMARY))
-    ]
+    summaries, greedy = (
+        [
+            EvalSummary.model_validate_json(p.read_text(encoding="utf-8"))
+            for p in sorted((out_dir / kind).rglob(SUMMARY))
+        ]
+        for kind in ("eval", "greedy")
+    )
     curves: dict[str, dict[str, list[list[float]]]] = {key: {} for key in CURVE_KEYS}
     for arm in config["arms"]:
         for seed in config["seeds"]:
             rows = _read_jsonl(out_dir / "runs" / arm["name"] / f"seed-{seed}" / "metrics.jsonl")
             for key in CURVE_KEYS:
-                values = [float(r[key]) for r in sorted(rows, key=lambda r: r["step"]) if key in r]
-                if values and all(math.isfinite(v) for v in values):
+                # a step without the key (no update: no entropy) is NaN, so the steps stay aligned
+                values = [float(r.get(key, math.nan)) for r in sorted(rows, key=lambda r: r["step"])]
+                if any(math.isfinite(v) for v in values):
                     curves[key].setdefault(arm["name"], []).append(values)
     seconds: dict[str, float] = {}
     for row in _read_jsonl(out_dir / TIMING):
         seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + float(row["seconds"])
     sessions = [Session.model_validate(row) for row in _read_jsonl(out_dir / SESSIONS)]
-    return ExperimentResults(config, summaries, curves, sessions, seconds)
+    return ExperimentResults(config, summaries, curves, sessions, seconds, greedy)
 
 
-def _per_seed(results: ExperimentResults, arm: str, metric: Metric) -> dict[int | None, float]:
+def _per_seed(summaries: Sequence[EvalSummary], arm: str, metric: Metric) -> dict[int | None, float]:
     """Seed -> scaled value of ``metric`` for ``arm`` (seeds without a value are left out)."""
     out: dict[int | None, float] = {}
-    for s in results.summaries:
-        value = metric.value(s.quality) if s.arm == arm else None
+    for s in summaries:
+        value = metric.value(s) if s.arm == arm else None
         if value is not None:
             out[s.seed] = value * metric.scale
     return out
 
 
-def arm_interval(results: ExperimentResults, arm: str, metric: Metric) -> Interval | None:
-    """Mean over seeds of ``metric`` for ``arm`` with its 95% t-interval; None when no seed has a value."""
-    values = list(_per_seed(results, arm, metric).values())
+def arm_interval(
+    results: ExperimentResults, arm: str, metric: Metric, summaries: Sequence[EvalSummary] | None = None
+) -> Interval | None:
+    """Mean over seeds of ``metric`` for ``arm`` with its 95% t-interval; None when no seed has a value.
+
+    ``summaries`` defaults to the final evaluations (``results.summaries``)."""
+    chosen = results.summaries if summaries is None else summaries
+    values = list(_per_seed(chosen, arm, metric).values())
     return t_interval(values) if values else None
 
 
 def paired_interval(
-    results: ExperimentResults, treatment: str, control: str, metric: Metric
+    results: ExperimentResults,
+    treatment: str,
+    control: str,
+    metric: Metric,
+    summaries: Sequence[EvalSummary] | None = None,
 ) -> Interval | None:
     """Paired 95% t-interval of ``treatment − control`` over the seeds both have; None when none."""
-    a, b = _per_seed(results, treatment, metric), _per_seed(results, control, metric)
+    chosen = results.summaries if summaries is None else summaries
+    a, b = _per_seed(chosen, treatment, metric), _per_seed(chosen, control, metric)
     seeds = sorted(s for s in a.keys() & b.keys() if s is not None)
     return paired_difference([a[s] for s in seeds], [b[s] for s in seeds]) if seeds else None
 
@@ -222,29 +259,76 @@ def _show(path: str) -> str:
         return path
 
 
-def _table(results: ExperimentResults) -> list[str]:
-    rows = ["| arm | seeds | " + " | ".join(m.label for m in METRICS) + " |"]
-    rows.append("|---" * (len(METRICS) + 2) + "|")
+def _session_line(s: Session) -> str:
+    """One session: command, start, wall time, machine, nice value and load averages."""
+    line = f"`{s.command}` (started {s.started}, {s.wall_s / 60:.1f} min) on {s.machine}"
+    if s.niceness is not None:
+        line += f", nice {s.niceness}"
+    if s.load_start is not None and s.load_end is not None:
+        start, end = (" / ".join(f"{v:.2f}" for v in load) for load in (s.load_start, s.load_end))
+        line += f"; load average (1/5/15 min) {start} at the start, {end} at the end"
+    return line
+
+
+def _table(
+    results: ExperimentResults,
+    metrics: Sequence[Metric] = METRICS,
+    summaries: Sequence[EvalSummary] | None = None,
+) -> list[str]:
+    chosen = results.summaries if summaries is None else summaries
+    rows = ["| arm | seeds | " + " | ".join(m.label for m in metrics) + " |"]
+    rows.append("|---" * (len(metrics) + 2) + "|")
     for arm in ["sft", *results.arms]:
-        n = sum(1 for s in results.summaries if s.arm == arm)
-        cells = [_fmt(arm_interval(results, arm, m), m.digits) for m in METRICS]
+        n = sum(1 for s in chosen if s.arm == arm)
+        cells = [_fmt(arm_interval(results, arm, m, chosen), m.digits) for m in metrics]
         rows.append(f"| {arm} | {n} | " + " | ".join(cells) + " |")
     return rows
 
 
-def _paired_table(results: ExperimentResults) -> list[str]:
+def _paired_table(
+    results: ExperimentResults,
+    metrics: Sequence[Metric] = METRICS,
+    summaries: Sequence[EvalSummary] | None = None,
+) -> list[str]:
     control = results.baseline
     if control is None:
         return ["No GRPO arm: no paired differences."]
     rows = [
-        f"| arm − {control} | " + " | ".join(m.label for m in METRICS) + " |",
-        "|---" * (len(METRICS) + 1) + "|",
+        f"| arm − {control} | " + " | ".join(m.label for m in metrics) + " |",
+        "|---" * (len(metrics) + 1) + "|",
     ]
     for arm in results.arms:
         if arm != control:
-            cells = [_fmt(paired_interval(results, arm, control, m), m.digits, signed=True) for m in METRICS]
+            cells = [
+                _fmt(paired_interval(results, arm, control, m, summaries), m.digits, signed=True)
+                for m in metrics
+            ]
             rows.append(f"| {arm} | " + " | ".join(cells) + " |")
     return rows
+
+
+def _greedy_section(results: ExperimentResults) -> list[str]:
+    """The greedy held-out evaluations after the last update, when the run made them."""
+    last = results.last_greedy
+    if not any(s.arm != "sft" for s in last):
+        return []
+    c = results.config
+    tasks = (c.get("greedy_eval") or {}).get("tasks")
+    return [
+        "## Greedy held-out answers after the last update",
+        "",
+        f"One greedy answer per held-out task ({'all tasks' if tasks is None else f'the first {tasks}'}), "
+        f"from the start and after every {c['greedy_eval']['every']} updates; here after the last "
+        f"({c['steps']}). `answers changed from the start` is the share of tasks whose greedy answer "
+        "differs, token for token, from the starting policy's: how far the run moved the policy.",
+        "",
+        *_table(results, GREEDY_METRICS, last),
+        "",
+        "Paired differences against GRPO, per seed:",
+        "",
+        *_paired_table(results, GREEDY_METRICS, last),
+        "",
+    ]
 
 
 def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
@@ -252,7 +336,7 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
     c, ev = results.config, results.config["evaluation"]
     wall = sum(s.wall_s for s in results.sessions)
     lines = [
-        "# GAGAR vs GRPO (issue #8)",
+        "# GAGAR vs GRPO",
         "",
         f"Starting policy `{_show(c['policy'])}`; {_count_lines(c['train_tasks'])} training tasks "
         f"(`{_show(c['train_tasks'])}`), {_count_lines(c['heldout_tasks'])} held-out tasks "
@@ -264,10 +348,7 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
         "",
         "## How it was run",
         "",
-        *[
-            f"- `{s.command}` (started {s.started}, {s.wall_s / 60:.1f} min) on {s.machine}"
-            for s in results.sessions
-        ],
+        *[f"- {_session_line(s)}" for s in results.sessions],
         "",
         f"Wall time over all sessions: {wall / 60:.1f} min (work: "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in sorted(results.seconds.items()))
@@ -289,6 +370,7 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
         "",
         *_paired_table(results),
         "",
+        *_greedy_section(results),
         "## Mechanical check of the aim",
         "",
         *[f"- {line}" for line in mechanical_check(results)],
@@ -302,9 +384,38 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def greedy_curves(results: ExperimentResults) -> dict[str, dict[str, list[list[float]]]]:
+    """Greedy metric label -> arm -> per seed, the value at each greedy point (the start first, shared
+    by every seed); only points a seed has reached, in order."""
+    start = next((s for s in results.greedy if s.arm == "sft"), None)
+    curves: dict[str, dict[str, list[list[float]]]] = {}
+    for metric in GREEDY_METRICS:
+        by_arm: dict[str, list[list[float]]] = {}
+        for arm in results.arms:
+            for seed in results.config["seeds"]:
+                runs = sorted(
+                    (s for s in results.greedy if s.arm == arm and s.seed == seed),
+                    key=lambda s: s.updates or 0,
+                )
+                points = [start, *runs] if start is not None else runs
+                values = [
+                    metric.value(s) * metric.scale
+                    if metric.value(s) is not None
+                    else (0.0 if metric.key == "changed" else math.nan)
+                    for s in points
+                ]
+                if runs and all(math.isfinite(v) for v in values):
+                    by_arm.setdefault(arm, []).append(values)
+        if by_arm:
+            curves[metric.label] = by_arm
+    return curves
+
+
 def write_report(out_dir: Path, report: Path) -> list[str]:
-    """Write the markdown report and its two plots (``<stem>-metrics.png``, ``<stem>-training.png``)
-    next to ``report``; returns the mechanical check lines."""
+    """Write the markdown report and its plots next to ``report``: ``<stem>-metrics.png`` (final
+    held-out metrics), ``<stem>-training.png`` (training curves), ``<stem>-heldout.png`` (greedy
+    held-out curves) and ``<stem>-ablation.png`` (entropy and length of the GAGAR arms); a plot with
+    nothing to show is left out. Returns the mechanical check lines."""
     results = load_results(out_dir)
     report.parent.mkdir(parents=True, exist_ok=True)
     bars = report.with_name(f"{report.stem}-metrics.png")
@@ -318,6 +429,27 @@ def write_report(out_dir: Path, report: Path) -> list[str]:
         }
         plot_training_curves(curve_panels, training)
         plots["training curves: mean over seeds, band: 95% t-interval"] = training.name
+    held = greedy_curves(results)
+    if held:
+        heldout = report.with_name(f"{report.stem}-heldout.png")
+        points = greedy_points(
+            results.config["steps"], (results.config.get("greedy_eval") or {}).get("every")
+        )
+        plot_training_curves(held, heldout, x=points, xlabel="updates")
+        plots["greedy held-out answers during training: mean over seeds, band: 95% t-interval"] = heldout.name
+    algos = {a["name"]: a["algo"] for a in results.config["arms"]}
+    compared = [a for a in results.arms if algos[a] in ("gagar", "gagar-no-restore", "grpo")]
+    if any(algos[a] == "gagar-no-restore" for a in compared):
+        ablation = report.with_name(f"{report.stem}-ablation.png")
+        panels_ab = {
+            CURVE_KEYS[key]: {a: v for a, v in results.curves[key].items() if a in compared}
+            for key in _ABLATION_KEYS
+            if results.curves[key]
+        }
+        plot_training_curves(panels_ab, ablation)
+        plots["the ablation (no sum-preserving rescale) beside gagar and grpo: entropy and length"] = (
+            ablation.name
+        )
     from gagar.records import atomic_write_text
 
     atomic_write_text(report, render_report(results, plots))

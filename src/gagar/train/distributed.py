@@ -45,6 +45,7 @@ _DIAGNOSTICS = (
     "policy/clip_frac_high",
     "policy/clip_frac",
     "policy/approx_kl",
+    "policy/entropy",
     "policy/ratio_mean",
     "policy/ratio_min",
     "policy/ratio_max",

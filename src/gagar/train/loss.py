@@ -38,6 +38,8 @@ __all__ = [
     "policy_loss",
     "policy_loss_reference",
     "response_logprobs",
+    "response_logprobs_and_entropy",
+    "token_entropy",
     "token_logprobs",
     "token_mean",
 ]
@@ -131,6 +133,50 @@ def pad_rows(rows: Sequence[Sequence[float]], width: int, value: float, dtype: t
     return out
 
 
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy in nats of ``softmax(logits / temperature)``, in float32, without gradient.
+
+    ``H = −Σ_v p_v log p_v = logsumexp(z) − Σ_v p_v z_v`` with ``z = logits / temperature``: the spread of
+    the distribution the policy samples each response token from (a diagnostic: entropy collapse or
+    blow-up, DAPO §3.1).
+
+    Args:
+        logits: ``(..., vocab)``.
+
+    Returns:
+        ``(...)`` entropies.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    with torch.no_grad():
+        z = logits.detach().float() / temperature
+        return torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(dim=-1)
+
+
+def _response_logits(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_start: torch.Tensor,
+    response_len: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The logits scoring each response token, the tokens and where they exist: ``(batch, response_len,
+    vocab)``, ``(batch, response_len)``, ``(batch, response_len)`` bool (see :func:`response_logprobs`)."""
+    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask must be equal 2-d shapes")
+    if response_start.shape != (input_ids.shape[0],) or int(response_start.min()) < 1:
+        raise ValueError("response_start must have shape (batch,) and values >= 1")
+    seq_len = input_ids.shape[1]
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (batch, seq_len, vocab)
+    offsets = torch.arange(response_len, device=input_ids.device)
+    positions = response_start.to(input_ids.device)[:, None] + offsets[None, :]  # (batch, response_len)
+    in_row = positions < seq_len
+    positions = positions.clamp(max=seq_len - 1)
+    valid = in_row & attention_mask.gather(1, positions).bool()
+    scoring = (positions - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # (batch, response_len, vocab)
+    return logits.gather(1, scoring), input_ids.gather(1, positions), valid
+
+
 def response_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -155,20 +201,32 @@ def response_logprobs(
     Returns:
         ``(batch, response_len)`` log-probs; 0.0 past the end of a row (mask those positions out).
     """
-    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask must be equal 2-d shapes")
-    if response_start.shape != (input_ids.shape[0],) or int(response_start.min()) < 1:
-        raise ValueError("response_start must have shape (batch,) and values >= 1")
-    seq_len = input_ids.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (batch, seq_len, vocab)
-    offsets = torch.arange(response_len, device=input_ids.device)
-    positions = response_start.to(input_ids.device)[:, None] + offsets[None, :]  # (batch, response_len)
-    in_row = positions < seq_len
-    positions = positions.clamp(max=seq_len - 1)
-    valid = in_row & attention_mask.gather(1, positions).bool()
-    scoring = (positions - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # (batch, response_len, vocab)
-    logprobs = token_logprobs(logits.gather(1, scoring), input_ids.gather(1, positions), temperature)
-    return logprobs.masked_fill(~valid, 0.0)
+    return response_logprobs_and_entropy(
+        model, input_ids, attention_mask, response_start, response_len, temperature, entropy=False
+    )[0]
+
+
+def response_logprobs_and_entropy(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_start: torch.Tensor,
+    response_len: int,
+    temperature: float = 1.0,
+    *,
+    entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`response_logprobs` and, from the same logits, the policy's entropy at each response token.
+
+    Returns:
+        ``(logprobs, entropy)``, both ``(batch, response_len)`` and 0.0 past the end of a row; the
+        entropy (:func:`token_entropy`, no gradient) is None when ``entropy`` is False.
+    """
+    logits, tokens, valid = _response_logits(model, input_ids, attention_mask, response_start, response_len)
+    logprobs = token_logprobs(logits, tokens, temperature).masked_fill(~valid, 0.0)
+    if not entropy:
+        return logprobs, None
+    return logprobs, token_entropy(logits, temperature).masked_fill(~valid, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The training curve: resolved rate, kept groups, credit moved and loss per step, as one PNG."""
+"""The training curve per step (resolved rate, kept groups, credit moved, entropy, loss) as one PNG."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ PANELS = [
     ("rollout/resolved_rate", "resolved rate (training rollouts)"),
     ("sampling/groups_kept", "mixed groups kept"),
     ("credit/moved_ratio", "share of passing credit moved"),
+    ("policy/entropy", "policy entropy (nats/token)"),
     ("loss/policy", "policy loss"),
 ]
 

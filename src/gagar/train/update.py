@@ -32,7 +32,15 @@ from gagar.train.distributed import (
     wrap_model,
 )
 from gagar.train.lora import LoraSettings, load_trainable
-from gagar.train.loss import PolicyLossConfig, pack_sequences, pad_rows, policy_loss, response_logprobs
+from gagar.train.loss import (
+    PolicyLossConfig,
+    pack_sequences,
+    pad_rows,
+    policy_loss,
+    response_logprobs,
+    response_logprobs_and_entropy,
+    token_mean,
+)
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +125,10 @@ def update_policy(
 ) -> dict[str, float]:
     """Update ``model`` in place; returns ``loss/…``, ``policy/…``, ``perf/…`` metrics (minibatch means).
 
+    ``policy/entropy`` is the token-mean entropy (nats) of the policy's next-token distribution over
+    the response tokens it produced (loss-masked), from the logits of each minibatch's forward pass,
+    i.e. before that minibatch's optimizer step.
+
     Args:
         trajectories: the kept trajectories of the step, ``(n_traj,)``.
         advantages: their advantages ``(n_traj,)``.
@@ -158,7 +170,7 @@ def update_policy(
             adv = torch.tensor(advantages[rows], dtype=torch.float32)
             n_tokens = all_reduce_sum(float(mask.sum()), world)  # the whole minibatch's tokens
             args = (packed.input_ids, packed.attention_mask, packed.response_start, width, temperature)
-            logprobs = response_logprobs(model, *args)  # (rows, width)
+            logprobs, entropy = response_logprobs_and_entropy(model, *args)  # (rows, width) each
             ref = None
             if config.loss.kl_coef > 0:
                 with torch.no_grad():
@@ -166,6 +178,8 @@ def update_policy(
             loss, metrics = policy_loss(
                 logprobs, old, adv, mask, config.loss, ref_logprobs=ref, n_tokens=n_tokens
             )
+            if mask.sum() > 0:  # the policy's token-mean entropy over the response tokens it produced
+                metrics["policy/entropy"] = float(token_mean(entropy, mask.bool()))
             metrics = reduce_metrics(metrics, float(mask.sum()), world)
             optimizer.zero_grad(set_to_none=True)
             (loss * (world.size if world else 1)).backward()  # DDP and FSDP average the ranks' gradients
