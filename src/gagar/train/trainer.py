@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 from gagar import rl_step
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
+from gagar.scratch import scratch_root
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import RolloutBackend, TrainConfig
 
@@ -211,7 +213,7 @@ class Trainer:
             )
             if gagar
             else None,
-            workspace=step_dir / "workspace",
+            workspace=Path(tempfile.mkdtemp(prefix="gagar-grade-", dir=scratch_root())),
             checkpoints=self.checkpoints.root,
         )
 
@@ -227,9 +229,13 @@ class Trainer:
             pending = metrics | out.metrics | _added(timings, out.timings)
             atomic_write_text(self.run_dir / PENDING_STEP, json.dumps(pending, sort_keys=True))
 
-        out = rl_step.run_step(
-            inputs, c, on_generated=save_generation, before_update=save_before_update, progress=self.progress
-        )
+        try:
+            out = rl_step.run_step(
+                inputs, c, on_generated=save_generation, before_update=save_before_update,
+                progress=self.progress,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(inputs.workspace, ignore_errors=True)
         metrics |= out.metrics
         self._observations[step] = step_observations(
             [r for b in out.selection.batches for r in b.results], [g.duration_s for g in out.grades or []]
