@@ -5,8 +5,9 @@ twice: as ``gagar train`` (the in-process loop, its own process, start-up includ
 ``gagar run`` (the kfp.local pipeline: one process per task). Then its floor, in this process, on
 what the in-process step produced:
 
-- generation: the same prompts through the same engine with the same sampling seed (so the same
-  tokens), one ``generate`` call, nothing around it (no prompt building, parsing or records);
+- generation: the same prompts through the same engine in the same calls with the same sampling
+  seeds (so the same tokens), nothing around them (no prompt building, parsing, records or sandbox
+  running beside them);
 - tests: bare ``python -m pytest -q`` (the sandbox's interpreter, plugin autoload off) on a fresh
   copy of each trajectory's repository with its patch and the task's test patch applied (the copies
   written before the clock starts), with as many at once as the sandbox runs: no pristine reset,
@@ -17,7 +18,9 @@ what the in-process step produced:
   advantages, the model already loaded, nothing written.
 
 Printed: each stage's seconds and rate (rollout tokens/s, sandbox evaluations/s, grading, update
-tokens/s, I/O and start-up: the rest of the wall time) beside its floor, the ratio step / floor for
+tokens/s, I/O and start-up: the rest of the wall time; in process the sandbox evaluates each engine
+call's answers while the next is sampled, so its row is the wait after generation ended and its
+rate is over its busy time) beside its floor, the ratio step / floor for
 both runners, and kfp.local's orchestration share (wall time outside the stage functions). The
 machine's load average is printed beside the figures; compare ratios, not seconds, across machines.
 
@@ -45,6 +48,7 @@ import numpy as np
 import yaml
 
 from gagar.records import read_records
+from gagar.rl_step import tasks_per_call
 from gagar.schema.batch import BatchEntry
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
@@ -178,9 +182,15 @@ def generation_floor(policy: Path, trajectories: list[Trajectory]) -> dict[str, 
     for t in trajectories:
         groups.setdefault(t.group_id, []).append(t)
     prompts = [g[0].prompt_token_ids for g in groups.values()]
-    params = trajectories[0].sampling
+    params, n = trajectories[0].sampling, len(next(iter(groups.values())))
+    per_call = tasks_per_call(backend, n) or len(prompts)  # as the rollout hands them to the engine
+    assert params.seed is not None
+    calls = [
+        (prompts[first : first + per_call], params.model_copy(update={"seed": params.seed + c}))
+        for c, first in enumerate(range(0, len(prompts), per_call))
+    ]
     start = time.perf_counter()
-    samples = backend.generate(prompts, params, len(next(iter(groups.values()))))
+    samples = [row for chunk, seeded in calls for row in backend.generate(chunk, seeded, n)]
     seconds = time.perf_counter() - start
     tokens = sum(len(s.token_ids) for row in samples for s in row)
     same = [s.token_ids for row in samples for s in row] == [t.response_token_ids for t in trajectories]
@@ -347,7 +357,8 @@ def main() -> None:
         "wall_s": inproc["wall_s"],
         "stages_s": stages,
         "rollout_tokens_per_s": tokens / stages["rollout"],
-        "sandbox_evaluations_per_s": len(results) / stages["sandbox"],
+        "sandbox_evaluations_per_s": len(results) / m.get("perf/sandbox_busy_s", stages["sandbox"]),
+        "sandbox_busy_s": m.get("perf/sandbox_busy_s"),
         "update_tokens_per_s": update["tokens"] / stages["train"] if stages["train"] else 0.0,
         "step_over_floor": inproc["wall_s"] / floor_s,
         "step_over_tight_floor": inproc["wall_s"] / tight_s,
@@ -405,6 +416,7 @@ def print_report(r: dict[str, Any]) -> None:
     rates = {
         "rollout": f"{ip['rollout_tokens_per_s']:.0f} / {f['generation']['tokens_per_s']:.0f} tokens/s",
         "sandbox": f"{ip['sandbox_evaluations_per_s']:.2f} / {f['tests']['evaluations_per_s']:.2f} evals/s "
+        f"(busy {ip['sandbox_busy_s'] or 0:.1f} s, overlapping generation) "
         f"(tight floor {f['tests']['warm_evaluations_per_s']:.2f}: {f['tests']['warm_seconds']:.1f} s)",
         "train": f"{ip['update_tokens_per_s']:.0f} / {f['update']['tokens_per_s']:.0f} tokens/s",
     }

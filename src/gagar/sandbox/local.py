@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -145,9 +145,10 @@ class LocalBackend:
         sweep_orphans(self.work_root)
 
     def evaluate(
-        self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
+        self, jobs: Iterable[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
     ) -> list[TestResult]:
-        """One TestResult per job, in order; never raises for a bad patch or a broken sandbox."""
+        """One TestResult per job, in order, each started as soon as it arrives and a slot is free;
+        never raises for a bad patch or a broken sandbox."""
         if not (self.isolate and self.settings.forkserver):
             return run_pool(jobs, self.evaluate_one, self.workers, on_result)
         pool = WorkerPool(self._start_worker)
