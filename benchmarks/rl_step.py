@@ -62,6 +62,12 @@ def _load() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children waited for so far (less load-bound than wall)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def step_config(args: argparse.Namespace, run_dir: Path, policy: Path, tasks: Path) -> dict[str, Any]:
     """The ``gagar train`` settings of the measured step (one step, one generation batch)."""
     return {
@@ -90,16 +96,16 @@ def run_in_process(args: argparse.Namespace, work: Path, policy: Path, tasks: Pa
     run_dir = work / "train"
     config = work / "train.yaml"
     config.write_text(yaml.safe_dump(step_config(args, run_dir, policy, tasks)))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     subprocess.run(
         [sys.executable, "-m", "gagar", "train", "--config", str(config)],
         check=True,
         stdout=subprocess.DEVNULL,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
-    return {"wall_s": wall, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
+    return {"wall_s": wall, "cpu_s": cpu, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
 
 
 def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> dict[str, Any]:
@@ -189,12 +195,12 @@ def generation_floor(policy: Path, trajectories: list[Trajectory]) -> dict[str, 
         (prompts[first : first + per_call], params.model_copy(update={"seed": params.seed + c}))
         for c, first in enumerate(range(0, len(prompts), per_call))
     ]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     samples = [row for chunk, seeded in calls for row in backend.generate(chunk, seeded, n)]
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_s() - cpu
     tokens = sum(len(s.token_ids) for row in samples for s in row)
     same = [s.token_ids for row in samples for s in row] == [t.response_token_ids for t in trajectories]
-    return {"tokens": float(tokens), "seconds": seconds, "same_tokens": float(same)}
+    return {"tokens": float(tokens), "seconds": seconds, "cpu_s": cpu, "same_tokens": float(same)}
 
 
 def _patched_copy(task: Task, patch: str, root: Path) -> Path | None:
@@ -273,11 +279,18 @@ def tests_floor(tasks: list[Task], trajectories: list[Trajectory], workers: int)
         seconds = time.perf_counter() - start
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        cpu = _cpu_s()
         warm = subprocess.run(
             [python, "-c", WARM_PYTEST, str(workers), *map(str, runnable)],
             env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
-    return {"evaluations": float(len(runnable)), "seconds": seconds, "warm_seconds": float(warm.stdout)}
+        cpu = _cpu_s() - cpu  # the helper's start and pytest import included: a slight overcount
+    return {
+        "evaluations": float(len(runnable)),
+        "seconds": seconds,
+        "warm_seconds": float(warm.stdout),
+        "warm_cpu_s": cpu,
+    }
 
 
 def update_floor(
@@ -294,10 +307,10 @@ def update_floor(
     chosen = [by_id[e.trajectory_id] for e in batch]
     advantages = np.array([e.advantage for e in batch])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     update_policy(model, optimizer, chosen, advantages, config, pad, rng=np.random.default_rng([0, 0]))
-    seconds = time.perf_counter() - start
-    return {"tokens": float(sum(sum(t.loss_mask) for t in chosen)), "seconds": seconds}
+    seconds, cpu = time.perf_counter() - start, _cpu_s() - cpu
+    return {"tokens": float(sum(sum(t.loss_mask) for t in chosen)), "seconds": seconds, "cpu_s": cpu}
 
 
 def breakdown(metrics: dict[str, float], wall: float) -> dict[str, float]:
@@ -348,6 +361,7 @@ def main() -> None:
     update = update_floor(args.policy, trajectories, batch, args.minibatch_size)
     floor_s = gen["seconds"] + tests["seconds"] + update["seconds"]
     tight_s = gen["seconds"] + tests["warm_seconds"] + update["seconds"]
+    tight_cpu_s = gen["cpu_s"] + tests["warm_cpu_s"] + update["cpu_s"]
     report["load_after_floor"] = _load()
 
     m = inproc["metrics"]
@@ -362,6 +376,8 @@ def main() -> None:
         "update_tokens_per_s": update["tokens"] / stages["train"] if stages["train"] else 0.0,
         "step_over_floor": inproc["wall_s"] / floor_s,
         "step_over_tight_floor": inproc["wall_s"] / tight_s,
+        "cpu_s": inproc["cpu_s"],
+        "cpu_over_tight_floor_cpu": inproc["cpu_s"] / tight_cpu_s,
         "torch_threads": os.environ.get("OMP_NUM_THREADS", "torch's default"),
         "resolved_rate": m.get("rollout/resolved_rate"),
         "trajectories": len(trajectories),
@@ -370,6 +386,7 @@ def main() -> None:
     report["floor"] = {
         "seconds": floor_s,
         "tight_seconds": tight_s,
+        "tight_cpu_s": tight_cpu_s,
         "generation": gen | {"tokens_per_s": gen["tokens"] / gen["seconds"]},
         "tests": tests
         | {
@@ -434,6 +451,10 @@ def print_report(r: dict[str, Any]) -> None:
     print(
         f"gagar train: step / floor = {ratio:.2f} (target <= 2; {tight:.2f} against the tight floor, "
         f"{f['tight_seconds']:.1f} s), step {wall:.1f} s (target <= 15), torch threads {ip['torch_threads']}"
+    )
+    print(
+        f"CPU seconds (less load-bound): step {ip['cpu_s']:.1f} (start-up included), tight floor "
+        f"{f['tight_cpu_s']:.1f}: ratio {ip['cpu_over_tight_floor_cpu']:.2f}"
     )
     if "kfp_local" in r:
         k = r["kfp_local"]
