@@ -38,6 +38,7 @@ import torch
 from gagar import rl_step
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
+from gagar.sandbox.runner import BackendName
 from gagar.scratch import scratch_root
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import RolloutBackend, TrainConfig
@@ -192,7 +193,9 @@ class Trainer:
         if server:
             version, timings["perf/adapter_swap_s"] = self._serve_version(step)
             metrics["policy_version"] = version
-        torch_threads = _share_cores_with_the_sandbox(c.sandbox.workers)
+        torch_threads = _share_cores_with_the_sandbox(
+            c.sandbox.workers if c.sandbox.backend is BackendName.LOCAL else 0
+        )
         with _timed(timings, "perf/rollout_s"):
             generator, tokenizer = make_backend(
                 str(policy),
@@ -282,8 +285,9 @@ class Trainer:
 
 
 def _share_cores_with_the_sandbox(workers: int | None) -> int:
-    """Give torch the cores the sandbox's workers leave free (at least one) while the step samples,
-    unless OMP_NUM_THREADS says otherwise; returns torch's thread count before.
+    """Give torch the cores the sandbox's workers on this machine (``workers``; None: one a core, as
+    the local backend defaults; 0 for a remote sandbox) leave free, at least one, while the step
+    samples, unless OMP_NUM_THREADS says otherwise; returns torch's thread count before.
 
     The sandbox evaluates while the policy samples, and torch's threads spin-wait, so on a busy core
     they slow both (two threads on two cores beside two workers: several times slower).
@@ -291,7 +295,7 @@ def _share_cores_with_the_sandbox(workers: int | None) -> int:
     before = torch.get_num_threads()
     if "OMP_NUM_THREADS" not in os.environ:
         cores = os.cpu_count() or 1
-        torch.set_num_threads(max(1, cores - (workers or cores)))
+        torch.set_num_threads(max(1, cores - (cores if workers is None else workers)))
     return before
 
 
