@@ -5,16 +5,22 @@ twice: as ``gagar train`` (the in-process loop, its own process, start-up includ
 ``gagar run`` (the kfp.local pipeline: one process per task). Then its floor, in this process, on
 what the in-process step produced:
 
-- generation: the same prompts through the same engine with the same sampling seed (so the same
-  tokens), one ``generate`` call, nothing around it (no prompt building, parsing or records);
+- generation: the same prompts through the same engine in the same calls with the same sampling
+  seeds (so the same tokens), nothing around them (no prompt building, parsing, records or sandbox
+  running beside them);
 - tests: bare ``python -m pytest -q`` (the sandbox's interpreter, plugin autoload off) on a fresh
-  copy of each trajectory's repository with its patch and the task's test patch applied, with as
-  many at once as the sandbox runs: no pristine reset, report plugin, isolation or verdict;
+  copy of each trajectory's repository with its patch and the task's test patch applied (the copies
+  written before the clock starts), with as many at once as the sandbox runs: no pristine reset,
+  report plugin, isolation or verdict. Beside it the tests' tight floor: the same runs forked from
+  one interpreter that imported pytest once (the sandbox's forkserver without the sandbox), which
+  the step's ratio is also given against;
 - update: the same PPO-clip forward/backward/optimizer steps on the same trajectories and
   advantages, the model already loaded, nothing written.
 
 Printed: each stage's seconds and rate (rollout tokens/s, sandbox evaluations/s, grading, update
-tokens/s, I/O and start-up: the rest of the wall time) beside its floor, the ratio step / floor for
+tokens/s, I/O and start-up: the rest of the wall time; in process the sandbox evaluates each engine
+call's answers while the next is sampled, so its row is the wait after generation ended and its
+rate is over its busy time) beside its floor, the ratio step / floor for
 both runners, and kfp.local's orchestration share (wall time outside the stage functions). The
 machine's load average is printed beside the figures; compare ratios, not seconds, across machines.
 
@@ -42,6 +48,7 @@ import numpy as np
 import yaml
 
 from gagar.records import read_records
+from gagar.rl_step import tasks_per_call
 from gagar.schema.batch import BatchEntry
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
@@ -53,6 +60,12 @@ STAGES = ("rollout", "sandbox", "grade", "redistribute", "train")
 def _load() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children waited for so far (less load-bound than wall)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def step_config(args: argparse.Namespace, run_dir: Path, policy: Path, tasks: Path) -> dict[str, Any]:
@@ -83,16 +96,16 @@ def run_in_process(args: argparse.Namespace, work: Path, policy: Path, tasks: Pa
     run_dir = work / "train"
     config = work / "train.yaml"
     config.write_text(yaml.safe_dump(step_config(args, run_dir, policy, tasks)))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     subprocess.run(
         [sys.executable, "-m", "gagar", "train", "--config", str(config)],
         check=True,
         stdout=subprocess.DEVNULL,
         env={**os.environ, "TQDM_DISABLE": "1"},
     )
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
-    return {"wall_s": wall, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
+    return {"wall_s": wall, "cpu_s": cpu, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
 
 
 def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> dict[str, Any]:
@@ -175,47 +188,109 @@ def generation_floor(policy: Path, trajectories: list[Trajectory]) -> dict[str, 
     for t in trajectories:
         groups.setdefault(t.group_id, []).append(t)
     prompts = [g[0].prompt_token_ids for g in groups.values()]
-    params = trajectories[0].sampling
-    start = time.perf_counter()
-    samples = backend.generate(prompts, params, len(next(iter(groups.values()))))
-    seconds = time.perf_counter() - start
+    params, n = trajectories[0].sampling, len(next(iter(groups.values())))
+    per_call = tasks_per_call(backend, n) or len(prompts)  # as the rollout hands them to the engine
+    assert params.seed is not None
+    calls = [
+        (prompts[first : first + per_call], params.model_copy(update={"seed": params.seed + c}))
+        for c, first in enumerate(range(0, len(prompts), per_call))
+    ]
+    start, cpu = time.perf_counter(), _cpu_s()
+    samples = [row for chunk, seeded in calls for row in backend.generate(chunk, seeded, n)]
+    seconds, cpu = time.perf_counter() - start, _cpu_s() - cpu
     tokens = sum(len(s.token_ids) for row in samples for s in row)
     same = [s.token_ids for row in samples for s in row] == [t.response_token_ids for t in trajectories]
-    return {"tokens": float(tokens), "seconds": seconds, "same_tokens": float(same)}
+    return {"tokens": float(tokens), "seconds": seconds, "cpu_s": cpu, "same_tokens": float(same)}
 
 
-def _bare_pytest(task: Task, patch: str, python: str) -> int:
+def _patched_copy(task: Task, patch: str, root: Path) -> Path | None:
+    """A copy of the task's repository under ``root`` with ``patch`` and the test patch applied;
+    None when a patch does not apply (the judge refuses it without running tests either)."""
     from gagar.sandbox.patch import PatchError, apply_patch
     from gagar.sandbox.workspace import materialize
 
-    with tempfile.TemporaryDirectory(prefix="gagar-bench-") as tmp:
-        repo = Path(tmp)
-        materialize(task, repo, None)
-        try:
-            if patch.strip():
-                apply_patch(repo, patch, 1 << 22)
-            if task.test_patch.strip():
-                apply_patch(repo, task.test_patch, 1 << 22)
-        except PatchError:
-            return -1  # the judge refuses it without running tests either
-        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        return subprocess.run(argv, cwd=repo, env=env, capture_output=True, check=False).returncode
+    repo = Path(tempfile.mkdtemp(prefix="repo-", dir=root))
+    materialize(task, repo, None)
+    try:
+        if patch.strip():
+            apply_patch(repo, patch, 1 << 22)
+        if task.test_patch.strip():
+            apply_patch(repo, task.test_patch, 1 << 22)
+    except PatchError:
+        return None
+    return repo
+
+
+def _bare_pytest(repo: Path, python: str) -> int:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    return subprocess.run(argv, cwd=repo, env=env, capture_output=True, check=False).returncode
+
+
+WARM_PYTEST = """
+import os, sys, time
+import pytest
+from _pytest.config import default_plugins
+for name in default_plugins:
+    try:
+        __import__(f"_pytest.{name}")
+    except ImportError:
+        pass
+repos, workers = sys.argv[2:], int(sys.argv[1])
+null = os.open(os.devnull, os.O_WRONLY)
+start, running = time.perf_counter(), set()
+for repo in repos:
+    if len(running) >= workers:
+        running.discard(os.wait()[0])
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(repo)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        sys.path.insert(0, repo)
+        os._exit(pytest.main(["-q", "-p", "no:cacheprovider"]) & 0xFF)
+    running.add(pid)
+while running:
+    running.discard(os.wait()[0])
+print(time.perf_counter() - start)
+"""
+"""The tests' tight floor: pytest imported once, then one forked child per run, ``workers`` at once
+(what the sandbox's forkserver does, without isolation, pristine reset, report plugin or verdict)."""
 
 
 def tests_floor(tasks: list[Task], trajectories: list[Trajectory], workers: int) -> dict[str, float]:
-    """Bare pytest on each trajectory's patched repository, ``workers`` at a time; runs and seconds."""
+    """Bare pytest on each trajectory's patched repository, ``workers`` at a time; runs and seconds.
+
+    The copies are written first and not timed: only the pytest runs are the floor (the sandbox's
+    own time includes writing its workspaces).
+    """
     from gagar.sandbox.local import LocalSandboxSettings
+    from gagar.scratch import scratch_root
 
     by_id = {t.instance_id: t for t in tasks}
     python = LocalSandboxSettings().python
-    start = time.perf_counter()
-    with ThreadPoolExecutor(workers) as pool:
-        codes = list(
-            pool.map(lambda t: _bare_pytest(by_id[t.instance_id], t.model_patch, python), trajectories)
-        )
-    return {"evaluations": float(len(codes)), "seconds": time.perf_counter() - start}
+    with tempfile.TemporaryDirectory(prefix="gagar-bench-", dir=scratch_root()) as tmp:
+        repos = [_patched_copy(by_id[t.instance_id], t.model_patch, Path(tmp)) for t in trajectories]
+        runnable = [r for r in repos if r is not None]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda repo: _bare_pytest(repo, python), runnable))
+        seconds = time.perf_counter() - start
+        env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "PYTHONDONTWRITEBYTECODE": "1"}
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        cpu = _cpu_s()
+        warm = subprocess.run(
+            [python, "-c", WARM_PYTEST, str(workers), *map(str, runnable)],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        cpu = _cpu_s() - cpu  # the helper's start and pytest import included: a slight overcount
+    return {
+        "evaluations": float(len(runnable)),
+        "seconds": seconds,
+        "warm_seconds": float(warm.stdout),
+        "warm_cpu_s": cpu,
+    }
 
 
 def update_floor(
@@ -232,10 +307,10 @@ def update_floor(
     chosen = [by_id[e.trajectory_id] for e in batch]
     advantages = np.array([e.advantage for e in batch])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_s()
     update_policy(model, optimizer, chosen, advantages, config, pad, rng=np.random.default_rng([0, 0]))
-    seconds = time.perf_counter() - start
-    return {"tokens": float(sum(sum(t.loss_mask) for t in chosen)), "seconds": seconds}
+    seconds, cpu = time.perf_counter() - start, _cpu_s() - cpu
+    return {"tokens": float(sum(sum(t.loss_mask) for t in chosen)), "seconds": seconds, "cpu_s": cpu}
 
 
 def breakdown(metrics: dict[str, float], wall: float) -> dict[str, float]:
@@ -285,6 +360,8 @@ def main() -> None:
     tests = tests_floor(tasks, trajectories, args.workers)
     update = update_floor(args.policy, trajectories, batch, args.minibatch_size)
     floor_s = gen["seconds"] + tests["seconds"] + update["seconds"]
+    tight_s = gen["seconds"] + tests["warm_seconds"] + update["seconds"]
+    tight_cpu_s = gen["cpu_s"] + tests["warm_cpu_s"] + update["cpu_s"]
     report["load_after_floor"] = _load()
 
     m = inproc["metrics"]
@@ -294,17 +371,28 @@ def main() -> None:
         "wall_s": inproc["wall_s"],
         "stages_s": stages,
         "rollout_tokens_per_s": tokens / stages["rollout"],
-        "sandbox_evaluations_per_s": len(results) / stages["sandbox"],
+        "sandbox_evaluations_per_s": len(results) / m.get("perf/sandbox_busy_s", stages["sandbox"]),
+        "sandbox_busy_s": m.get("perf/sandbox_busy_s"),
         "update_tokens_per_s": update["tokens"] / stages["train"] if stages["train"] else 0.0,
         "step_over_floor": inproc["wall_s"] / floor_s,
+        "step_over_tight_floor": inproc["wall_s"] / tight_s,
+        "cpu_s": inproc["cpu_s"],
+        "cpu_over_tight_floor_cpu": inproc["cpu_s"] / tight_cpu_s,
+        "torch_threads": os.environ.get("OMP_NUM_THREADS", "torch's default"),
         "resolved_rate": m.get("rollout/resolved_rate"),
         "trajectories": len(trajectories),
         "trained_on": len(batch),
     }
     report["floor"] = {
         "seconds": floor_s,
+        "tight_seconds": tight_s,
+        "tight_cpu_s": tight_cpu_s,
         "generation": gen | {"tokens_per_s": gen["tokens"] / gen["seconds"]},
-        "tests": tests | {"evaluations_per_s": tests["evaluations"] / tests["seconds"]},
+        "tests": tests
+        | {
+            "evaluations_per_s": tests["evaluations"] / tests["seconds"],
+            "warm_evaluations_per_s": tests["evaluations"] / tests["warm_seconds"],
+        },
         "update": update | {"tokens_per_s": update["tokens"] / update["seconds"]},
     }
     if not args.skip_kfp:
@@ -315,6 +403,7 @@ def main() -> None:
             "stages_s": breakdown(kfp["metrics"], kfp["wall_s"]),
             "orchestration_share": kfp["overhead_share"],
             "step_over_floor": kfp["wall_s"] / floor_s,
+            "step_over_tight_floor": kfp["wall_s"] / tight_s,
             "task_walls_s": kfp["task_walls_s"],
             "startup_probe_s": {
                 "python + kfp executor": import_seconds("import kfp.dsl.executor_main"),
@@ -343,7 +432,9 @@ def print_report(r: dict[str, Any]) -> None:
     }
     rates = {
         "rollout": f"{ip['rollout_tokens_per_s']:.0f} / {f['generation']['tokens_per_s']:.0f} tokens/s",
-        "sandbox": f"{ip['sandbox_evaluations_per_s']:.2f} / {f['tests']['evaluations_per_s']:.2f} evals/s",
+        "sandbox": f"{ip['sandbox_evaluations_per_s']:.2f} / {f['tests']['evaluations_per_s']:.2f} evals/s "
+        f"(busy {ip['sandbox_busy_s'] or 0:.1f} s, overlapping generation) "
+        f"(tight floor {f['tests']['warm_evaluations_per_s']:.2f}: {f['tests']['warm_seconds']:.1f} s)",
         "train": f"{ip['update_tokens_per_s']:.0f} / {f['update']['tokens_per_s']:.0f} tokens/s",
     }
     for name in (*STAGES, "io_and_startup"):
@@ -356,12 +447,20 @@ def print_report(r: dict[str, Any]) -> None:
     same = "same tokens" if f["generation"]["same_tokens"] else "NOT the same tokens"
     gen, runs = f["generation"]["tokens"], f["tests"]["evaluations"]
     print(f"floor generation: {gen:.0f} tokens ({same}); tests: {runs:.0f} bare pytest runs")
-    ratio, wall = ip["step_over_floor"], ip["wall_s"]
-    print(f"gagar train: step / floor = {ratio:.2f} (target <= 2), step {wall:.1f} s (target <= 15)")
+    ratio, tight, wall = ip["step_over_floor"], ip["step_over_tight_floor"], ip["wall_s"]
+    print(
+        f"gagar train: step / floor = {ratio:.2f} (target <= 2; {tight:.2f} against the tight floor, "
+        f"{f['tight_seconds']:.1f} s), step {wall:.1f} s (target <= 15), torch threads {ip['torch_threads']}"
+    )
+    print(
+        f"CPU seconds (less load-bound): step {ip['cpu_s']:.1f} (start-up included), tight floor "
+        f"{f['tight_cpu_s']:.1f}: ratio {ip['cpu_over_tight_floor_cpu']:.2f}"
+    )
     if "kfp_local" in r:
         k = r["kfp_local"]
         print(
-            f"gagar run (kfp.local): step / floor = {k['step_over_floor']:.2f}, "
+            f"gagar run (kfp.local): step / floor = {k['step_over_floor']:.2f} "
+            f"({k['step_over_tight_floor']:.2f} tight), "
             f"orchestration {k['orchestration_share']:.0%} of the step (target <= 10%)"
         )
     if "kfp_local" in r:

@@ -18,8 +18,10 @@ The phases and what they hand on::
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,15 +52,18 @@ __all__ = [
     "StepOutput",
     "advantages",
     "evaluate",
+    "evaluate_while_generating",
     "generation_batch",
     "grade",
     "rollout",
     "rollout_metrics",
+    "rollout_stream",
     "run_step",
     "sampling_seed",
     "sandbox_metrics",
     "select",
     "select_tasks",
+    "tasks_per_call",
 ]
 
 
@@ -97,6 +102,39 @@ def rollout(
 ) -> list[Trajectory]:
     """``group_size`` sampled answers for each of ``groups`` tasks drawn for this generation batch
     (every task, in order, when ``groups`` is None)."""
+    stream = rollout_stream(
+        generator, tokenizer, tasks, step=step, gen_batch=gen_batch, groups=groups, group_size=group_size,
+        seed=seed, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+        policy_version=policy_version, progress=progress,
+    )  # fmt: skip
+    return list(stream)
+
+
+def tasks_per_call(generator: Any, group_size: int) -> int | None:
+    """How many tasks go to the engine at once: an in-process engine that samples in rows of
+    ``batch_size`` gets one such row batch of tasks at a time (the same work, and each call's answers
+    can be evaluated while the next is sampled); a server (no ``batch_size``) gets them all in flight."""
+    rows = getattr(generator, "batch_size", None)
+    return max(1, rows // group_size) if isinstance(rows, int) else None
+
+
+def rollout_stream(
+    generator: Any,
+    tokenizer: Any,
+    tasks: Sequence[Task],
+    *,
+    step: int,
+    gen_batch: int,
+    groups: int | None,
+    group_size: int,
+    seed: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    policy_version: str,
+    progress: bool = False,
+) -> Iterator[Trajectory]:
+    """:func:`rollout`, yielding each engine call's trajectories as soon as that call returns."""
     from gagar.policy.rollout import rollout as sample
 
     chosen = (
@@ -110,18 +148,17 @@ def rollout(
         max_new_tokens=max_new_tokens,
         seed=sampling_seed(seed, step, gen_batch),
     )
-    return list(
-        sample(
-            chosen,
-            generator,
-            tokenizer,
-            group_size,
-            params,
-            step=step,
-            gen_batch=gen_batch,
-            policy_version=policy_version,
-            progress=progress,
-        )
+    yield from sample(
+        chosen,
+        generator,
+        tokenizer,
+        group_size,
+        params,
+        step=step,
+        gen_batch=gen_batch,
+        tasks_per_call=tasks_per_call(generator, group_size),
+        policy_version=policy_version,
+        progress=progress,
     )
 
 
@@ -142,19 +179,60 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 
 def evaluate(
     tasks: Sequence[Task],
-    trajectories: Sequence[Any],
+    trajectories: Iterable[Any],
     sandbox: Any,
     on_result: Callable[[TestResult], None] | None = None,
 ) -> list[TestResult]:
     """Run every trajectory's patch (any record with ``instance_id``, ``model_patch``,
-    ``trajectory_id``) against its task's tests in ``sandbox``; one TestResult each."""
-    from gagar.sandbox.base import Prediction
-    from gagar.sandbox.runner import join_jobs
+    ``trajectory_id``) against its task's tests in ``sandbox``; one TestResult each.
 
-    predictions = [
+    ``trajectories`` may arrive lazily: the local sandbox starts on each as it comes.
+    """
+    from gagar.sandbox.base import Prediction
+    from gagar.sandbox.runner import iter_jobs
+
+    predictions = (
         p if isinstance(p, Prediction) else Prediction.model_validate(p.model_dump()) for p in trajectories
-    ]
-    return sandbox.evaluate(join_jobs(tasks, predictions), on_result)
+    )
+    return sandbox.evaluate(iter_jobs(tasks, predictions), on_result)
+
+
+def evaluate_while_generating(
+    tasks: Sequence[Task], trajectories: Iterable[Trajectory], sandbox: Any, timings: dict[str, float]
+) -> GeneratedBatch:
+    """Generate ``trajectories`` (a lazy :func:`rollout_stream`) in this thread while ``sandbox``
+    evaluates each one generated so far in another, so the tests of one engine call run while the
+    next is sampled.
+
+    ``timings`` gains ``perf/rollout_s`` (generating), ``perf/sandbox_s`` (waiting for the sandbox
+    once generation ended: the part of its time nothing hid) and ``perf/sandbox_busy_s`` (from the
+    first evaluation's start to the last result).
+    """
+    handoff: queue.SimpleQueue[Trajectory | None] = queue.SimpleQueue()
+    started: list[float] = []
+
+    def arriving() -> Iterator[Trajectory]:
+        while (trajectory := handoff.get()) is not None:
+            if not started:
+                started.append(time.perf_counter())
+            yield trajectory
+
+    generated: list[Trajectory] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="evaluate") as pool:
+        results = pool.submit(evaluate, tasks, arriving(), sandbox)
+        try:
+            with _timed(timings, "perf/rollout_s"):
+                for trajectory in trajectories:
+                    generated.append(trajectory)
+                    handoff.put(trajectory)
+        finally:
+            handoff.put(None)  # the evaluating thread ends with the stream, even when generation failed
+        with _timed(timings, "perf/sandbox_s"):
+            outcome = results.result()
+    timings["perf/sandbox_busy_s"] = timings.get("perf/sandbox_busy_s", 0.0) + (
+        time.perf_counter() - started[0] if started else 0.0
+    )
+    return generation_batch(generated, outcome)
 
 
 def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
@@ -410,17 +488,15 @@ def run_step(
 
     def generation() -> Iterator[GeneratedBatch]:  # rolled out and evaluated on demand
         for b in range(c.rollout.max_gen_batches):
-            with _timed(timings, "perf/rollout_s"):
-                trajectories = rollout(
-                    inputs.generator, inputs.tokenizer, inputs.tasks, step=step, gen_batch=b,
-                    groups=c.rollout.gen_batch_groups, group_size=c.rollout.group_size, seed=c.seed,
-                    temperature=c.rollout.temperature, top_p=c.rollout.top_p,
-                    max_new_tokens=c.rollout.max_new_tokens, policy_version=inputs.policy_version,
-                    progress=progress,
-                )  # fmt: skip
-                rollout_rows.append(rollout_metrics(trajectories))
-            with _timed(timings, "perf/sandbox_s"):
-                batch = generation_batch(trajectories, evaluate(inputs.tasks, trajectories, inputs.sandbox))
+            trajectories = rollout_stream(
+                inputs.generator, inputs.tokenizer, inputs.tasks, step=step, gen_batch=b,
+                groups=c.rollout.gen_batch_groups, group_size=c.rollout.group_size, seed=c.seed,
+                temperature=c.rollout.temperature, top_p=c.rollout.top_p,
+                max_new_tokens=c.rollout.max_new_tokens, policy_version=inputs.policy_version,
+                progress=progress,
+            )  # fmt: skip
+            batch = evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
+            rollout_rows.append(rollout_metrics(batch.trajectories))
             if on_generated is not None:
                 on_generated(b, batch)
             yield batch

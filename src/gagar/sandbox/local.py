@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
@@ -56,6 +56,7 @@ from gagar.sandbox.workspace import (
 )
 from gagar.schema.result import HackFlag, Status, TestResult
 from gagar.schema.task import Task
+from gagar.scratch import scratch_root
 
 __all__ = [
     "DEFAULT_TEST_CMD",
@@ -96,7 +97,8 @@ class LocalSandboxSettings(BaseSettings):
     """Lease files of the sandbox uids, one per uid; every evaluator on the machine must use
     the same folder (env GAGAR_SANDBOX__UID_LOCK_DIR)."""
     work_root: Path | None = None
-    """Parent of the workspaces; None means the system temp dir (env GAGAR_SANDBOX__WORK_ROOT)."""
+    """Parent of the workspaces; None means :func:`gagar.scratch.scratch_root` (``/dev/shm`` when it
+    is a roomy tmpfs, else the system temp dir) (env GAGAR_SANDBOX__WORK_ROOT)."""
     repos_dir: Path | None = None
     """Local clones <repos_dir>/<owner>/<name> for base_commit tasks (env GAGAR_SANDBOX__REPOS_DIR)."""
     forkserver: bool = True
@@ -138,12 +140,15 @@ class LocalBackend:
         self.judge = judge or JudgeConfig()
         self.workers = workers or os.cpu_count() or 1
         self.isolate = isolate
-        sweep_orphans(self.settings.work_root)
+        self.work_root = self.settings.work_root or scratch_root()
+        """Where this backend's workspaces and worker folders go."""
+        sweep_orphans(self.work_root)
 
     def evaluate(
-        self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
+        self, jobs: Iterable[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
     ) -> list[TestResult]:
-        """One TestResult per job, in order; never raises for a bad patch or a broken sandbox."""
+        """One TestResult per job, in order, each started as soon as it arrives and a slot is free;
+        never raises for a bad patch or a broken sandbox."""
         if not (self.isolate and self.settings.forkserver):
             return run_pool(jobs, self.evaluate_one, self.workers, on_result)
         pool = WorkerPool(self._start_worker)
@@ -168,7 +173,7 @@ class LocalBackend:
             limits=self.limits,
             python=s.python,
             uid_lease=(s.uid_lock_dir, s.base_uid, s.uid_count, slot),
-            work_root=s.work_root,
+            work_root=self.work_root,
         )
 
     def evaluate_one(
@@ -181,7 +186,7 @@ class LocalBackend:
         args = forkable(task.test_cmd or DEFAULT_TEST_CMD) if task.environment.python is None else None
         worker = workers.for_slot(slot) if workers is not None and args is not None else None
         try:
-            with workspace(worker.work if worker is not None else self.settings.work_root) as ws:
+            with workspace(worker.work if worker is not None else self.work_root) as ws:
                 prepared = self._prepare(task, pred, ws)
                 if isinstance(prepared, str):
                     return TestResult(**base, status=Status.FAILED, reason=prepared, duration_s=_since(start))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from gagar.sandbox.base import Prediction, ProgressCallback
@@ -26,12 +26,13 @@ EvaluateFn = Callable[[Task, Prediction, int], TestResult]
 
 
 def run_pool(
-    jobs: Sequence[tuple[Task, Prediction]],
+    jobs: Iterable[tuple[Task, Prediction]],
     evaluate: EvaluateFn,
     workers: int,
     on_result: ProgressCallback | None = None,
 ) -> list[TestResult]:
-    """Evaluate every job with at most ``workers`` at a time; one result per job, in order."""
+    """Evaluate every job with at most ``workers`` at a time; one result per job, in order. Each job is
+    handed to a slot as soon as ``jobs`` yields it."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     slots: queue.SimpleQueue[int] = queue.SimpleQueue()

@@ -8,14 +8,14 @@ one per prediction, in prediction order, written atomically.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.schema.result import HackKind, Status, TestResult
 from gagar.schema.task import Task
 
-__all__ = ["BackendName", "join_jobs", "make_backend", "summary_line"]
+__all__ = ["BackendName", "iter_jobs", "join_jobs", "make_backend", "summary_line"]
 
 
 class BackendName(StrEnum):
@@ -36,8 +36,13 @@ def make_backend(name: BackendName, workers: int | None = None) -> SandboxBacken
     return LocalBackend(workers=workers)
 
 
-def join_jobs(tasks: Sequence[Task], predictions: Sequence[Prediction]) -> list[tuple[Task, Prediction]]:
-    """Pair each prediction with its task by ``instance_id``.
+def join_jobs(tasks: Sequence[Task], predictions: Iterable[Prediction]) -> list[tuple[Task, Prediction]]:
+    """Pair each prediction with its task by ``instance_id`` (see :func:`iter_jobs`)."""
+    return list(iter_jobs(tasks, predictions))
+
+
+def iter_jobs(tasks: Sequence[Task], predictions: Iterable[Prediction]) -> Iterator[tuple[Task, Prediction]]:
+    """Pair each prediction with its task by ``instance_id``, as the predictions arrive.
 
     Raises:
         ValueError: two tasks share an instance_id, or a prediction names an unknown one.
@@ -47,12 +52,10 @@ def join_jobs(tasks: Sequence[Task], predictions: Sequence[Prediction]) -> list[
         if task.instance_id in by_id:
             raise ValueError(f"tasks: instance_id {task.instance_id!r} appears twice")
         by_id[task.instance_id] = task
-    jobs = []
     for n, pred in enumerate(predictions, start=1):
         if pred.instance_id not in by_id:
             raise ValueError(f"prediction #{n}: instance_id {pred.instance_id!r} is not in the tasks file")
-        jobs.append((by_id[pred.instance_id], pred))
-    return jobs
+        yield by_id[pred.instance_id], pred
 
 
 def summary_line(results: Sequence[TestResult]) -> str:

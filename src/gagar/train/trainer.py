@@ -25,15 +25,21 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from gagar import rl_step
 from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
+from gagar.sandbox.runner import BackendName
+from gagar.scratch import scratch_root
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import RolloutBackend, TrainConfig
 
@@ -187,6 +193,9 @@ class Trainer:
         if server:
             version, timings["perf/adapter_swap_s"] = self._serve_version(step)
             metrics["policy_version"] = version
+        torch_threads = _share_cores_with_the_sandbox(
+            c.sandbox.workers if c.sandbox.backend is BackendName.LOCAL else 0
+        )
         with _timed(timings, "perf/rollout_s"):
             generator, tokenizer = make_backend(
                 str(policy),
@@ -211,7 +220,7 @@ class Trainer:
             )
             if gagar
             else None,
-            workspace=step_dir / "workspace",
+            workspace=Path(tempfile.mkdtemp(prefix="gagar-grade-", dir=scratch_root())),
             checkpoints=self.checkpoints.root,
         )
 
@@ -224,12 +233,18 @@ class Trainer:
                 write_records(step_dir / "grades.jsonl", out.grades)
             write_records(step_dir / "batch.jsonl", out.batch)
             shutil.rmtree(inputs.workspace, ignore_errors=True)
+            torch.set_num_threads(torch_threads)  # the update has the cores to itself
             pending = metrics | out.metrics | _added(timings, out.timings)
             atomic_write_text(self.run_dir / PENDING_STEP, json.dumps(pending, sort_keys=True))
 
-        out = rl_step.run_step(
-            inputs, c, on_generated=save_generation, before_update=save_before_update, progress=self.progress
-        )
+        try:
+            out = rl_step.run_step(
+                inputs, c, on_generated=save_generation, before_update=save_before_update,
+                progress=self.progress,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(inputs.workspace, ignore_errors=True)
+            torch.set_num_threads(torch_threads)
         metrics |= out.metrics
         self._observations[step] = step_observations(
             [r for b in out.selection.batches for r in b.results], [g.duration_s for g in out.grades or []]
@@ -267,6 +282,21 @@ class Trainer:
         from gagar.metrics import build_metrics
 
         return build_metrics(CollectorRegistry())
+
+
+def _share_cores_with_the_sandbox(workers: int | None) -> int:
+    """Give torch the cores the sandbox's workers on this machine (``workers``; None: one a core, as
+    the local backend defaults; 0 for a remote sandbox) leave free, at least one, while the step
+    samples, unless OMP_NUM_THREADS says otherwise; returns torch's thread count before.
+
+    The sandbox evaluates while the policy samples, and torch's threads spin-wait, so on a busy core
+    they slow both (two threads on two cores beside two workers: several times slower).
+    """
+    before = torch.get_num_threads()
+    if "OMP_NUM_THREADS" not in os.environ:
+        cores = os.cpu_count() or 1
+        torch.set_num_threads(max(1, cores - (cores if workers is None else workers)))
+    return before
 
 
 def _added(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:

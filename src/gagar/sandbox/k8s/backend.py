@@ -21,7 +21,7 @@ import logging
 import queue
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -355,9 +355,10 @@ class KubernetesBackend:
         )
 
     def evaluate(
-        self, jobs: Sequence[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
+        self, jobs: Iterable[tuple[Task, Prediction]], on_result: ProgressCallback | None = None
     ) -> list[TestResult]:
         """One TestResult per job, in order; infrastructure failures come back as ``infra_error`` results."""
+        jobs = list(jobs)
         run_id = secrets.token_hex(6)
         started = self._clock()
         self.last_run, self._log_reads = RunStats(evaluations=len(jobs)), 0
