@@ -75,6 +75,15 @@ def sft(
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
     threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
+    agent: AgentKind = typer.Option(
+        AgentKind.SINGLE,
+        "--agent",
+        help="The agent the demonstrations teach: single or tool-loop (multi-turn).",
+    ),
+    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    correction_share: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="Tool loop: share of clean demonstrations with an edit later corrected."
+    ),
 ) -> None:
     """Train the policy on demonstrations built from the tasks' gold patches (unset options: SFTConfig's)."""
     from gagar.policy.sft import SFTConfig, train_sft
@@ -87,8 +96,10 @@ def sft(
         "lr": lr,
         "noise_share": noise_share,
         "num_threads": threads,
+        "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
+    chosen["agent"] = AgentSettings(kind=agent, max_tokens=max_trajectory_tokens)
     lora_given = {
         "enabled": lora,
         "rank": lora_rank,
