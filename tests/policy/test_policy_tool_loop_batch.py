@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 from fixtures.policy import ScriptBackend
 from gagar.metrics import build_metrics, record_step
 from gagar.policy.agent import AgentKind, AgentSettings
-from gagar.policy.generation import HFBackend, sequence_logprobs
+from gagar.policy.generation import HFBackend, Sample, sequence_logprobs
 from gagar.policy.model import load_policy
 from gagar.policy.rollout import rollout
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.tool_loop import run_tool_loops
+from gagar.policy.tool_loop import first_prompt, run_tool_loops
 from gagar.rl_step import rollout_metrics
 from gagar.schema.trajectory import SamplingParams
 
@@ -145,3 +145,47 @@ def test_a_sampled_multi_turn_trajectory_trains_on_sampled_tokens_only(tasks, ti
     )  # fmt: skip
     assert metrics["policy/approx_kl"] == pytest.approx(0.0, abs=1e-5)  # tool tokens (old 0.0) are not in it
     assert metrics["policy/clip_frac"] == 0.0
+
+
+class CappedBackend:
+    """Replies by conversation (told apart by their first prompt) and records each call's
+    ``(prompts, max_new_tokens)``, checking it as a server enforcing its context length would."""
+
+    def __init__(self, tokenizer, scripts: dict[tuple[int, ...], list[str]], limit: int) -> None:
+        self.tokenizer, self.scripts, self.limit = tokenizer, scripts, limit
+        self.stop_token_ids = (tokenizer.eos_token_id,)
+        self.caps: list[tuple[int, int]] = []
+
+    def generate(self, prompts, params, n=1):
+        self.caps.append((len(prompts), params.max_new_tokens))
+        out = []
+        for p in prompts:
+            assert len(p) + params.max_new_tokens <= self.limit
+            [script] = [s for first, s in self.scripts.items() if tuple(p[: len(first)]) == first]
+            ids = [
+                *self.tokenizer.encode(script.pop(0), add_special_tokens=False),
+                self.tokenizer.eos_token_id,
+            ]
+            out.append([Sample(ids, [-0.25] * len(ids), "stop")])
+        return out
+
+
+def test_a_conversation_near_its_budget_asks_for_no_more(tasks, tokenizer) -> None:
+    jobs = [(tasks[0], "short", "g0"), (tasks[2], "long", "g2")]
+    firsts = [
+        tuple(tokenizer.encode(tokenizer.apply_chat_template(
+            [m.model_dump(include={"role", "content"}) for m in first_prompt(t)], tokenize=False,
+            add_generation_prompt=True), add_special_tokens=False))
+        for t, _, _ in jobs
+    ]  # fmt: skip
+    scripts = {
+        firsts[0]: ["SEARCH add", "SEARCH add", "SUBMIT"],
+        firsts[1]: ["VIEW calc/ops.py", "SEARCH a", "SUBMIT"],
+    }
+    backend = CappedBackend(tokenizer, scripts, 420)
+    out = run_tool_loops(
+        jobs, backend, tokenizer, SamplingParams(max_new_tokens=64), AgentSettings(max_tokens=420)
+    )
+    assert backend.caps[0] == (2, 64)
+    assert any(n == 1 and cap < 64 for n, cap in backend.caps)  # the long one's own, shorter call
+    assert all(t.n_prompt_tokens + t.n_response_tokens <= 420 for t in out)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent import COMMANDS, INVALID, AgentSettings
-from gagar.policy.generation import GenerationBackend
+from gagar.policy.generation import GenerationBackend, Sample
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
@@ -255,6 +255,24 @@ def _trajectory(
     )
 
 
+def _sample_turn(
+    backend: GenerationBackend, live: list[_Conversation], params: SamplingParams, max_tokens: int
+) -> list[Sample]:
+    """One sample per live conversation: one engine call for every conversation with a whole turn
+    (``params.max_new_tokens``) of its token budget left, one more per shorter remainder, so that no
+    request asks a server for more than the conversation's budget (vLLM refuses a prompt plus
+    ``max_tokens`` beyond its ``--max-model-len``)."""
+    caps = [min(params.max_new_tokens, max_tokens - c.n_tokens) for c in live]
+    out: list[Sample | None] = [None] * len(live)
+    for cap in sorted(set(caps), reverse=True):
+        rows = [i for i, c in enumerate(caps) if c == cap]
+        call = params if cap == params.max_new_tokens else params.model_copy(update={"max_new_tokens": cap})
+        prompts = [live[i].prompt_ids + live[i].response_ids for i in rows]
+        for i, [sample] in zip(rows, backend.generate(prompts, call, 1), strict=True):
+            out[i] = sample
+    return [s for s in out if s is not None]
+
+
 def run_tool_loops(
     jobs: Sequence[tuple[Task, str, str]],
     backend: GenerationBackend,
@@ -292,10 +310,10 @@ def run_tool_loops(
         turn_params = (
             params if params.seed is None else params.model_copy(update={"seed": params.seed + 10_007 * turn})
         )
-        samples = backend.generate([c.prompt_ids + c.response_ids for c in live], turn_params, 1)
+        samples = _sample_turn(backend, live, turn_params, agent.max_tokens)
         testing: list[_Conversation] = []
         answered: list[tuple[_Conversation, str]] = []
-        for c, [sample] in zip(live, samples, strict=True):
+        for c, sample in zip(live, samples, strict=True):
             c.turns += 1
             room = agent.max_tokens - c.n_tokens
             ids, logprobs = sample.token_ids[:room], sample.logprobs[:room]
@@ -306,8 +324,10 @@ def run_tool_loops(
             c.messages.append(Message(role="assistant", content=reply))
             command = command_of(reply)
             c.tool_calls[command] += 1
-            if len(sample.token_ids) > room or c.n_tokens >= agent.max_tokens:
-                c.finish = "length"  # cut at the budget: the command is not run
+            if c.n_tokens >= agent.max_tokens and not (
+                command == "SUBMIT" and sample.finish_reason == "stop"
+            ):
+                c.finish = "length"  # the budget is spent: the command is not run
             elif command == "RUN_TESTS" and run_tests is not None:
                 testing.append(c)
             else:
