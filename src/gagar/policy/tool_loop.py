@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent import COMMANDS, INVALID, AgentSettings
+from gagar.policy.agent_format import relevant_files
 from gagar.policy.generation import GenerationBackend, Sample
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
 from gagar.schema.task import Task
@@ -137,11 +138,15 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[Message], generat
 
 
 def first_prompt(task: Task) -> list[Message]:
-    """The system and user messages a conversation starts from: the statement and the file list."""
+    """The system and user messages a conversation starts from: the statement, the file list and,
+    last, the file the statement most likely concerns (:func:`gagar.policy.agent_format.relevant_files`,
+    as the single-shot prompt picks it; a small model copies a path best from right before its answer)."""
     files = "\n".join(sorted(task.snapshot or {}))
+    likely = relevant_files(task)
+    hint = f"\n\nMost relevant: {likely[0]}" if likely else ""
     return [
         Message(role="system", content=SYSTEM_PROMPT),
-        Message(role="user", content=f"{task.problem_statement.strip()}\n\nFiles:\n{files}"),
+        Message(role="user", content=f"{task.problem_statement.strip()}\n\nFiles:\n{files}{hint}"),
     ]
 
 
