@@ -36,6 +36,12 @@ def test_workspace_commands(tasks) -> None:
     assert "def add" in ws.execute("VIEW calc/ops.py")
     assert ws.execute("SEARCH return a - b") == "calc/ops.py:6"
     assert ws.execute("VIEW nope.py") == "no file 'nope.py'"
+    assert ws.execute("VIEW other/ops.py").startswith("(no file 'other/ops.py'; showing calc/ops.py)")
+    wrong_dir = (
+        "EDIT\nother/ops.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+    )
+    assert ws.execute(wrong_dir) == "edit applied"  # the one ops.py holding the SEARCH text
+    ws.files = dict(tasks[0].snapshot)
     assert ws.execute("EDIT\ncalc/ops.py\n<<<<<<< SEARCH\nmissing\n=======\nx\n>>>>>>> REPLACE\n").startswith(
         "edit refused"
     )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent import COMMANDS, INVALID, AgentSettings
-from gagar.policy.agent_format import relevant_files
+from gagar.policy.agent_format import relevant_files, resolve_paths
 from gagar.policy.generation import GenerationBackend, Sample
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
 from gagar.schema.task import Task
@@ -92,6 +92,16 @@ class ToolWorkspace:
         """Applied edit blocks whose replacement text no longer stands in the working copy."""
         return sum(bool(r.strip()) and r not in self.files.get(p, "") for p, r in self.edits)
 
+    def _resolve(self, path: str) -> str | None:
+        """``path``, or the one file with its file name when it does not exist (a small model often
+        gets the package directory wrong and the module right: as the single-shot parser, and as the
+        edit blocks here, :func:`gagar.policy.agent_format.resolve_paths`)."""
+        if path in self.files:
+            return path
+        name = path.rsplit("/", 1)[-1]
+        same = [p for p in self.files if p.rsplit("/", 1)[-1] == name]
+        return same[0] if len(same) == 1 and name else None
+
     def _cut(self, text: str) -> str:
         limit = self.max_tool_chars
         return text if len(text) <= limit else text[: limit - 14] + "\n[… truncated]"
@@ -101,8 +111,11 @@ class ToolWorkspace:
         head, _, body = reply.lstrip().partition("\n")
         command, _, arg = head.strip().partition(" ")
         if command == "VIEW":
-            text = self.files.get(arg.strip())
-            return f"no file {arg.strip()!r}" if text is None else self._cut(text)
+            path = self._resolve(arg.strip())
+            if path is None:
+                return f"no file {arg.strip()!r}"
+            shown = self._cut(self.files[path])
+            return shown if path == arg.strip() else f"(no file {arg.strip()!r}; showing {path})\n{shown}"
         if command == "SEARCH":
             if not arg.strip():
                 return "SEARCH needs a text"
@@ -115,7 +128,7 @@ class ToolWorkspace:
             return self._cut("\n".join(hits[:50])) or "no match"
         if command == "EDIT":
             try:
-                blocks = parse_edit_blocks(body)
+                blocks = resolve_paths(parse_edit_blocks(body), self.files)
                 self.files = apply_edit_blocks(self.files, blocks)
             except ValueError as exc:
                 return self._cut(f"edit refused: {exc}")
