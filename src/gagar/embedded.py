@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gagar.policy.agent import AgentKind
 from gagar.policy.sft import SFTConfig
 
 __all__ = [
@@ -170,6 +171,8 @@ def _recipe_settings(s: EmbeddedSettings) -> dict[str, Any]:
     LoRA settings of a run that trains no adapter, nor how often it checkpoints)."""
     config = _sft_config(s)
     unused = {"checkpoint_every", "keep_checkpoints"} | (set() if config.lora.enabled else {"lora"})
+    if config.agent.kind is AgentKind.SINGLE:  # the multi-turn settings shape no single-shot demonstration
+        unused |= {"agent", "correction_share"}
     return {"seed": s.seed, "sft_tasks": s.sft_tasks, "sft": config.model_dump(mode="json", exclude=unused)}
 
 

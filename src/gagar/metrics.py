@@ -120,6 +120,43 @@ METRICS: tuple[Metric, ...] = (
         "Fraction of the last step's trajectories that resolved their task (infra errors excluded).",
     ),
     Metric(
+        "gagar_rollout_turns_per_trajectory",
+        Kind.GAUGE,
+        "rollout/turns_mean",
+        "Mean assistant turns per trajectory in the last step (1 for the single-shot agent).",
+    ),
+    Metric(
+        "gagar_rollout_sampled_tokens_per_trajectory",
+        Kind.GAUGE,
+        "rollout/sampled_tokens_mean",
+        "Mean tokens the policy sampled per trajectory in the last step (tool output left out).",
+    ),
+    Metric(
+        "gagar_rollout_sampled_tokens_per_turn",
+        Kind.GAUGE,
+        "rollout/sampled_tokens_per_turn_mean",
+        "Mean tokens the policy sampled per assistant turn in the last step.",
+    ),
+    Metric(
+        "gagar_rollout_tool_calls_per_trajectory",
+        Kind.GAUGE,
+        "rollout/tool_calls/<command>",
+        "Mean tool calls per trajectory in the last step, by command (tool-loop agent).",
+        ("view", "search", "edit", "run_tests", "submit", "invalid"),
+    ),
+    Metric(
+        "gagar_rollout_ran_tests_ratio",
+        Kind.RATIO,
+        "rollout/ran_tests_ratio",
+        "Fraction of the last step's trajectories that ran the visible tests at least once.",
+    ),
+    Metric(
+        "gagar_rollout_submitted_ratio",
+        Kind.RATIO,
+        "rollout/submitted_ratio",
+        "Fraction of the last step's trajectories that ended by themselves (SUBMIT within the budgets).",
+    ),
+    Metric(
         "gagar_trajectories_total",
         Kind.COUNTER,
         "sandbox/<status>",

@@ -38,6 +38,7 @@ from gagar.advantage import (
     assemble_batch,
     compute_advantages,
 )
+from gagar.policy.agent import COMMANDS, INVALID, AgentKind, AgentSettings
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade, ranks_for, scores_for
 from gagar.schema.result import HackKind, Status, TestResult
@@ -99,13 +100,17 @@ def rollout(
     max_new_tokens: int,
     policy_version: str,
     progress: bool = False,
+    agent: Any = None,
+    sandbox: Any = None,
 ) -> list[Trajectory]:
     """``group_size`` sampled answers for each of ``groups`` tasks drawn for this generation batch
-    (every task, in order, when ``groups`` is None)."""
+    (every task, in order, when ``groups`` is None), from ``agent``
+    (:class:`gagar.policy.agent.AgentSettings`, default single-shot); the tool loop's RUN_TESTS runs
+    the visible tests in ``sandbox``."""
     stream = rollout_stream(
         generator, tokenizer, tasks, step=step, gen_batch=gen_batch, groups=groups, group_size=group_size,
         seed=seed, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-        policy_version=policy_version, progress=progress,
+        policy_version=policy_version, progress=progress, agent=agent, sandbox=sandbox,
     )  # fmt: skip
     return list(stream)
 
@@ -133,9 +138,17 @@ def rollout_stream(
     max_new_tokens: int,
     policy_version: str,
     progress: bool = False,
+    agent: Any = None,
+    sandbox: Any = None,
 ) -> Iterator[Trajectory]:
     """:func:`rollout`, yielding each engine call's trajectories as soon as that call returns."""
     from gagar.policy.rollout import rollout as sample
+    from gagar.policy.visible_tests import VisibleTests
+
+    agent = agent or AgentSettings()
+    if agent.kind is AgentKind.TOOL_LOOP and sandbox is None:
+        raise ValueError("the tool-loop agent needs a sandbox backend for its RUN_TESTS")
+    run_tests = VisibleTests(sandbox, agent.max_tool_chars) if agent.kind is AgentKind.TOOL_LOOP else None
 
     chosen = (
         list(tasks)
@@ -156,22 +169,62 @@ def rollout_stream(
         params,
         step=step,
         gen_batch=gen_batch,
-        tasks_per_call=tasks_per_call(generator, group_size),
+        # the tool loop advances every conversation of the batch one turn per engine call
+        tasks_per_call=None if agent.kind is AgentKind.TOOL_LOOP else tasks_per_call(generator, group_size),
         policy_version=policy_version,
         progress=progress,
+        agent=agent,
+        run_tests=run_tests,
     )
 
 
+ROLLOUT_MEANS = (
+    "rollout/parse_rate",
+    "rollout/response_tokens_mean",
+    "rollout/turns_mean",
+    "rollout/sampled_tokens_mean",
+    "rollout/sampled_tokens_per_turn_mean",
+    "rollout/ran_tests_ratio",
+    "rollout/submitted_ratio",
+    "rollout/edits_reverted_mean",
+    *(f"rollout/tool_calls/{command.lower()}" for command in (*COMMANDS, INVALID)),
+)
+"""The per-trajectory means of :func:`rollout_metrics` (merged across generation batches by count)."""
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """``rollout/…``: how many trajectories, the share that parsed, the mean answer length (tokens)."""
+    """``rollout/…``: how many trajectories, the share that parsed, the mean response length (tokens,
+    tool output included), turns, tokens the policy sampled (per trajectory and per turn), tool calls
+    by kind per trajectory, the share that ran tests and that submitted (single-shot answers count
+    as submitted), edits reverted."""
     n = len(trajectories)
-    parsed = sum(t.parse_error is None for t in trajectories)
-    tokens = sum(t.n_response_tokens for t in trajectories)
-    return {
+    if n == 0:
+        return {"rollout/trajectories": 0.0, **dict.fromkeys(ROLLOUT_MEANS, 0.0)}
+
+    def mean(values: Iterable[float]) -> float:
+        return sum(values) / n
+
+    sampled = [sum(t.loss_mask) for t in trajectories]
+    metrics = {
         "rollout/trajectories": float(n),
-        "rollout/parse_rate": parsed / n if n else 0.0,
-        "rollout/response_tokens_mean": tokens / n if n else 0.0,
+        "rollout/parse_rate": mean(t.parse_error is None for t in trajectories),
+        "rollout/response_tokens_mean": mean(t.n_response_tokens for t in trajectories),
+        "rollout/turns_mean": mean(t.turns for t in trajectories),
+        "rollout/sampled_tokens_mean": mean(sampled),
+        "rollout/sampled_tokens_per_turn_mean": mean(
+            s / t.turns for s, t in zip(sampled, trajectories, strict=True)
+        ),
+        "rollout/ran_tests_ratio": mean(t.tool_calls.get("RUN_TESTS", 0) > 0 for t in trajectories),
+        "rollout/submitted_ratio": mean(
+            t.finish_reason == "submit" if t.tool_calls else t.finish_reason == "stop" for t in trajectories
+        ),
+        "rollout/edits_reverted_mean": mean(t.edits_reverted for t in trajectories),
     }
+    for command in (*COMMANDS, INVALID):  # mean calls per trajectory
+        metrics[f"rollout/tool_calls/{command.lower()}"] = mean(
+            t.tool_calls.get(command, 0) for t in trajectories
+        )
+    return metrics
 
 
 # --------------------------------------------------------------------------- evaluate
@@ -493,9 +546,16 @@ def run_step(
                 groups=c.rollout.gen_batch_groups, group_size=c.rollout.group_size, seed=c.seed,
                 temperature=c.rollout.temperature, top_p=c.rollout.top_p,
                 max_new_tokens=c.rollout.max_new_tokens, policy_version=inputs.policy_version,
-                progress=progress,
+                progress=progress, agent=c.rollout.agent, sandbox=inputs.sandbox,
             )  # fmt: skip
-            batch = evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
+            if c.rollout.agent.kind is AgentKind.TOOL_LOOP:
+                # its RUN_TESTS use the sandbox while generating: evaluate after, not beside it
+                with _timed(timings, "perf/rollout_s"):
+                    generated = list(trajectories)
+                with _timed(timings, "perf/sandbox_s"):
+                    batch = generation_batch(generated, evaluate(inputs.tasks, generated, inputs.sandbox))
+            else:
+                batch = evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
             rollout_rows.append(rollout_metrics(batch.trajectories))
             if on_generated is not None:
                 on_generated(b, batch)
@@ -555,6 +615,6 @@ def _mean_rows(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The ``rollout/…`` metrics of several generation batches: counts summed, rates weighted by count."""
     n = sum(row["rollout/trajectories"] for row in rows)
     merged = {"rollout/trajectories": n}
-    for key in ("rollout/parse_rate", "rollout/response_tokens_mean"):
+    for key in ROLLOUT_MEANS:
         merged[key] = sum(row[key] * row["rollout/trajectories"] for row in rows) / n if n else 0.0
     return merged

@@ -35,6 +35,7 @@ from gagar.schema.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from gagar.grader.run import GraderKind
+    from gagar.policy.agent import AgentSettings
     from gagar.sandbox.runner import BackendName
     from gagar.train.distributed import Strategy
     from gagar.train.lora import LoraSettings
@@ -69,17 +70,26 @@ def rollout_stage(
     endpoint: str | None = None,
     model_name: str | None = None,
     progress: bool = True,
+    agent: AgentSettings | None = None,
+    sandbox: BackendName | str = "local",
+    sandbox_workers: int | None = None,
 ) -> dict[str, float]:
     """Sample ``group_size`` answers for each of ``groups`` tasks drawn for this generation batch (every
-    task, in file order, when ``groups`` is None) and write them as trajectories."""
+    task, in file order, when ``groups`` is None) and write them as trajectories; the tool-loop agent
+    runs its visible tests in the ``sandbox`` backend."""
+    from gagar.policy.agent import AgentKind
     from gagar.policy.rollout import make_backend
+    from gagar.sandbox.runner import BackendName
+    from gagar.sandbox.runner import make_backend as make_sandbox
     from gagar.tasks.loaders import load_tasks
 
     generator, tokenizer = make_backend(str(policy), backend, endpoint=endpoint, model_name=model_name)
+    tool_loop = agent is not None and agent.kind is AgentKind.TOOL_LOOP
     trajectories = rl_step.rollout(
         generator, tokenizer, load_tasks(tasks), step=step, gen_batch=gen_batch, groups=groups,
         group_size=group_size, seed=seed, temperature=temperature, top_p=top_p,
         max_new_tokens=max_new_tokens, policy_version=model_name or str(policy), progress=progress,
+        agent=agent, sandbox=make_sandbox(BackendName(sandbox), sandbox_workers) if tool_loop else None,
     )  # fmt: skip
     write_records(out, trajectories)
     return rl_step.rollout_metrics(trajectories)

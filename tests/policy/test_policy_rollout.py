@@ -84,3 +84,31 @@ def test_cli_policy_eval_tests_every_answer_in_the_sandbox(tiny_policy, tmp_path
     assert quality["pass_at_1"] <= quality["parse_rate"]
     assert len(read_records(tmp_path / "eval" / "trajectories.jsonl", Trajectory)) == len(tasks)
     assert (tmp_path / "eval" / "summary.json").is_file()
+
+
+def test_cli_rollout_and_eval_with_the_tool_loop(tiny_policy, tasks, tmp_path) -> None:
+    from gagar.tasks.generate import generate_tasks
+
+    app = typer.Typer()
+    app.command("rollout")(policy_cli.rollout)
+    app.add_typer(policy_cli.app, name="policy")
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_records(tasks_file, tasks)
+    loop = ["--agent", "tool-loop", "--max-turns", "2", "--max-new-tokens", "12"]
+    args = ["rollout", "--policy", str(tiny_policy), "--tasks", str(tasks_file), "--group-size", "2"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "t.jsonl"), *loop])
+    assert result.exit_code == 0, result.output
+    rows = read_records(tmp_path / "t.jsonl", Trajectory)
+    assert len(rows) == 2 * len(tasks)
+    assert all(t.turns == 2 and sum(t.tool_calls.values()) == 2 for t in rows)  # a tiny policy never submits
+    assert all(t.messages[1].role == "user" and t.messages[2].role == "assistant" for t in rows)
+    held_out = generate_tasks(2, seed=5, split="heldout", workers=1)
+    write_records(tmp_path / "held.jsonl", held_out)
+    args = ["policy", "eval", "--policy", str(tiny_policy), "--tasks", str(tmp_path / "held.jsonl")]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "eval"), "--workers", "1", *loop])
+    assert result.exit_code == 0, result.output
+    quality = json.loads(result.output[result.output.index("{") :])
+    assert quality["turns_mean"] == 2.0
+    assert quality["submitted_rate"] == 0.0
+    assert sum(quality["tool_calls_mean"].values()) == 2.0
+    assert quality["sampled_tokens_mean"] <= 2 * 12

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from gagar.policy.agent import AgentSettings
 from gagar.policy.agent_format import build_prompt
 from gagar.policy.generation import Sample
 from gagar.policy.tokenizer import train_tokenizer
@@ -93,7 +94,9 @@ def shown_texts(task: Task, tokenizer) -> list[str]:
     """Every rendering of the task a policy is given."""
     default, _ = build_prompt(task, tokenizer)
     whole, _ = build_prompt(task, tokenizer, max_prompt_tokens=10**6, max_files=100, scope="file")
-    traj = run_tool_loop(task, SubmitBackend(tokenizer), tokenizer, SamplingParams(), "t", "g", max_turns=1)
+    traj = run_tool_loop(
+        task, SubmitBackend(tokenizer), tokenizer, SamplingParams(), "t", "g", AgentSettings(max_turns=1)
+    )
     return [default[0].content, whole[0].content, traj.prompt]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gagar.policy.agent import AgentSettings
 from gagar.policy.generation import Sample
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.policy.tool_loop import ToolWorkspace, run_tool_loop
@@ -31,16 +32,22 @@ class ReplayBackend:
 
 
 def test_workspace_commands(tasks) -> None:
-    ws = ToolWorkspace(tasks[0], run_tests=lambda task, patch: f"ran {len(patch)}")
+    ws = ToolWorkspace(tasks[0])
     assert "def add" in ws.execute("VIEW calc/ops.py")
     assert ws.execute("SEARCH return a - b") == "calc/ops.py:6"
     assert ws.execute("VIEW nope.py") == "no file 'nope.py'"
+    assert ws.execute("VIEW other/ops.py").startswith("(no file 'other/ops.py'; showing calc/ops.py)")
+    wrong_dir = (
+        "EDIT\nother/ops.py\n<<<<<<< SEARCH\n    return a - b\n=======\n    return a + b\n>>>>>>> REPLACE\n"
+    )
+    assert ws.execute(wrong_dir) == "edit applied"  # the one ops.py holding the SEARCH text
+    ws.files = dict(tasks[0].snapshot)
     assert ws.execute("EDIT\ncalc/ops.py\n<<<<<<< SEARCH\nmissing\n=======\nx\n>>>>>>> REPLACE\n").startswith(
         "edit refused"
     )
     assert ws.execute("DANCE").startswith("unknown command")
     assert ws.patch == ""
-    assert ws.execute("RUN_TESTS") == "ran 0"
+    assert ws.execute("RUN_TESTS") == "no test runner available"
 
 
 def test_tool_loop_records_turns_and_masks_tool_output(tasks) -> None:
@@ -75,7 +82,8 @@ def test_tool_loop_without_submit_has_no_patch(tasks) -> None:
     task = tasks[0]
     tokenizer = train_tokenizer(list(task.snapshot.values()), vocab_size=400)
     backend = ReplayBackend(tokenizer, ["VIEW calc/ops.py"] * 2)
-    traj = run_tool_loop(task, backend, tokenizer, SamplingParams(), "t", "g", max_turns=2)
+    traj = run_tool_loop(task, backend, tokenizer, SamplingParams(), "t", "g", AgentSettings(max_turns=2))
     assert traj.parse_error == "no SUBMIT"
+    assert traj.finish_reason == "max_turns"
     assert traj.model_patch == ""
     assert traj.turns == 2

@@ -7,19 +7,23 @@ import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
+from transformers import AutoTokenizer
 
+from fixtures.policy import ScriptBackend
 from fixtures.services import free_port
-from gagar import stages
+from gagar import rl_step, stages
 from gagar.grader.llm import LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.run import grade_groups
 from gagar.metrics import METRICS, build_metrics, record_step, step_observations
+from gagar.policy.agent import AgentKind, AgentSettings
+from gagar.policy.tool_loop import run_tool_loops
 from gagar.records import read_records, write_records
 from gagar.sandbox.patch import file_diff
 from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
-from gagar.schema.trajectory import Trajectory
+from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.train.update import OptimConfig
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -91,6 +95,14 @@ def test_a_real_step_moves_every_declared_metric(
         step=0,
         optim=OptimConfig(minibatch_size=4),
     )
+    # The rollout's metrics over single-shot answers and one conversation of the tool-loop agent.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
+    script = ScriptBackend(tokenizer, [["RUN_TESTS", "SUBMIT"]])
+    conversation = run_tool_loops(
+        [(read_records(tasks_file, Task)[0], "loop/0", "loop")], script, tokenizer, SamplingParams(),
+        AgentSettings(kind=AgentKind.TOOL_LOOP), lambda jobs: ["1 passed"] * len(jobs),
+    )  # fmt: skip
+    step |= rl_step.rollout_metrics([*rows, *conversation])
     step["perf/step_s"] = time.perf_counter() - started
     results = read_records(results_path, TestResult)
     grades = read_records(grades_path, Grade)

@@ -8,10 +8,31 @@ from pathlib import Path
 
 import typer
 
+from gagar.policy.agent import AgentKind, AgentSettings
+from gagar.sandbox.runner import BackendName
+
 __all__ = ["app", "rollout"]
 
 app = typer.Typer(
     help="The policy: SFT to the pre-RL checkpoint, a local completions server.", no_args_is_help=True
+)
+
+
+AGENT_OPTION = typer.Option(
+    AgentKind.SINGLE, "--agent", help="single (one SEARCH/REPLACE answer) or tool-loop (multi-turn)."
+)
+MAX_TURNS_OPTION = typer.Option(8, "--max-turns", min=1, help="Tool loop: most assistant turns.")
+MAX_TOKENS_OPTION = typer.Option(
+    2048,
+    "--max-trajectory-tokens",
+    min=16,
+    help="Tool loop: most tokens of a conversation (prompt included).",
+)
+MAX_SECONDS_OPTION = typer.Option(
+    600.0, "--max-trajectory-seconds", min=0.001, help="Tool loop: wall-clock budget of a conversation."
+)
+SANDBOX_OPTION = typer.Option(
+    BackendName.LOCAL, "--sandbox", help="Where the tool loop's RUN_TESTS run (visible tests only)."
 )
 
 
@@ -54,6 +75,15 @@ def sft(
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
     threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
+    agent: AgentKind = typer.Option(
+        AgentKind.SINGLE,
+        "--agent",
+        help="The agent the demonstrations teach: single or tool-loop (multi-turn).",
+    ),
+    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    correction_share: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="Tool loop: share of clean demonstrations with an edit later corrected."
+    ),
 ) -> None:
     """Train the policy on demonstrations built from the tasks' gold patches (unset options: SFTConfig's)."""
     from gagar.policy.sft import SFTConfig, train_sft
@@ -66,8 +96,10 @@ def sft(
         "lr": lr,
         "noise_share": noise_share,
         "num_threads": threads,
+        "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
+    chosen["agent"] = AgentSettings(kind=agent, max_tokens=max_trajectory_tokens)
     lora_given = {
         "enabled": lora,
         "rank": lora_rank,
@@ -120,12 +152,21 @@ def evaluate(
     max_new_tokens: int = typer.Option(256, min=1, help="Longest answer."),
     seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     workers: int | None = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
+    agent: AgentKind = AGENT_OPTION,
+    max_turns: int = MAX_TURNS_OPTION,
+    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
 ) -> None:
-    """Parse rate, pass@1 and the unclean share of resolving answers, each patch run in the sandbox."""
+    """Parse rate, pass@1, clean fixes, turns, tokens and tool use, each patch run in the sandbox."""
     from gagar.experiment.config import EvalSettings
     from gagar.experiment.evaluation import evaluate_policy
 
-    settings = EvalSettings(samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens)
+    agent_settings = AgentSettings(
+        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds
+    )
+    settings = EvalSettings(
+        samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens, agent=agent_settings
+    )
     summary = evaluate_policy(
         policy=policy,
         tasks=tasks,
@@ -182,14 +223,22 @@ def rollout(
     model_name: str | None = typer.Option(
         None, help="Served model name (openai backend; default: DIR name)."
     ),
+    agent: AgentKind = AGENT_OPTION,
+    max_turns: int = MAX_TURNS_OPTION,
+    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
+    sandbox: BackendName = SANDBOX_OPTION,
 ) -> None:
     """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
     from gagar.stages import rollout_stage
 
+    settings = AgentSettings(
+        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds
+    )
     metrics = rollout_stage(
         policy=policy, tasks=tasks, out=out, step=step, groups=groups, group_size=group_size, seed=seed,
         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, backend=backend.value,
-        endpoint=endpoint, model_name=model_name,
+        endpoint=endpoint, model_name=model_name, agent=settings, sandbox=sandbox,
     )  # fmt: skip
     n = int(metrics["rollout/trajectories"])
     parsed = round(metrics["rollout/parse_rate"] * n)

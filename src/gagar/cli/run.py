@@ -8,6 +8,7 @@ import typer
 
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
+from gagar.policy.agent import AgentKind
 
 __all__ = ["run", "schedule"]
 
@@ -41,13 +42,28 @@ def run(
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="Longest answer."),
     seed: int = typer.Option(0, "--seed", help="Run seed."),
     pushgateway: str = typer.Option("", "--pushgateway", help="Pushgateway URL for the step metrics."),
+    agent: AgentKind = typer.Option(AgentKind.SINGLE, "--agent", help="single or tool-loop (multi-turn)."),
+    max_turns: int = typer.Option(8, "--max-turns", min=1, help="Tool loop: most assistant turns."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="Any other pipeline parameter name=value (repeatable), e.g. rollout_backend=openai.",
+    ),
 ) -> None:
     """Run the RL pipeline through kfp.local on CPU: artifacts, metrics and checkpoints in the store.
 
     Without --policy and --tasks, the embedded default is prepared first under <out>/embedded
     (generated tasks and the SFT policy, reused on later runs).
     """
+    from gagar.pipeline.argo_entry import convert
+    from gagar.pipeline.client import parse_params
+    from gagar.pipeline.graph import parameter
     from gagar.pipeline.local import run_local
+
+    try:
+        extra = {name: convert(value, parameter(name).type) for name, value in parse_params(param).items()}
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--param") from None
 
     if policy is None or tasks is None:
         from gagar.embedded import prepare
@@ -70,6 +86,9 @@ def run(
         "seed": seed,
         "sandbox_backend": "local",
         "pushgateway": pushgateway,
+        "agent": agent.value,
+        "max_turns": max_turns,
+        **extra,
     }
     result = run_local(arguments, out=out, steps=steps, max_gen_batches=max_gen_batches)
     for row in result.steps:

@@ -41,6 +41,13 @@ def policy(
         None, help="The vLLM environment's python (env GAGAR_VLLM_PYTHON; default .venv-vllm/bin/python)."
     ),
     startup_timeout: float = typer.Option(300, help="Seconds to wait for /health."),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help="Tokens one engine step may take; above a generation batch's prompt tokens for the tool loop "
+        "(docs/agent.md).",
+    ),
 ) -> None:
     """Start vLLM's OpenAI-compatible server for MODEL on loopback; stop it with Ctrl-C."""
     import signal
@@ -52,6 +59,7 @@ def policy(
             model, port=port, enable_lora=enable_lora, max_lora_rank=max_lora_rank, python=python,
             startup_timeout_s=startup_timeout, served_model_name=served_model_name,
             max_model_len=max_model_len, dtype=dtype, enforce_eager=enforce_eager,
+            max_num_batched_tokens=max_num_batched_tokens,
         )  # fmt: skip
     except PolicyServerError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -9,6 +9,7 @@ import typer
 
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
+from gagar.policy.agent import AgentKind
 
 
 def train(
@@ -30,6 +31,12 @@ def train(
     ),
     grader_model: Path | None = typer.Option(
         None, "--grader-model", help="Learned grader directory [env: GAGAR_GRADER__MODEL]."
+    ),
+    agent: AgentKind | None = typer.Option(
+        None, "--agent", help="single or tool-loop (multi-turn) [env: GAGAR_ROLLOUT__AGENT__KIND]."
+    ),
+    max_turns: int | None = typer.Option(
+        None, "--max-turns", min=1, help="Tool loop: most turns [env: GAGAR_ROLLOUT__AGENT__MAX_TURNS]."
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint."),
 ) -> None:
@@ -53,6 +60,9 @@ def train(
     grader_overrides = {k: v for k, v in {"kind": grader, "model": grader_model}.items() if v is not None}
     if grader_overrides:
         overrides["grader"] = grader_overrides
+    agent_overrides = {k: v for k, v in {"kind": agent, "max_turns": max_turns}.items() if v is not None}
+    if agent_overrides:
+        overrides["rollout"] = {"agent": agent_overrides}
     try:
         settings = load_config(config, overrides)
     except ValueError as exc:

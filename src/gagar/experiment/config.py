@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
+from gagar.policy.agent import AgentSettings
 from gagar.train.config import SandboxSettings, TrainConfig, read_yaml_mapping
 
 __all__ = [
@@ -105,6 +106,8 @@ class EvalSettings(_Section):
     """Longest answer."""
     backend: str = "hf"
     """Generation backend: hf (in process) or vllm."""
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    """The agent sampled (single or tool-loop) and the tool loop's budgets."""
     seed_offset: int = 10_000
     """The run of seed s is evaluated with sampling seed ``seed_offset + s`` (the SFT row: the first seed)."""
 

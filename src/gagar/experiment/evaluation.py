@@ -14,9 +14,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from gagar.experiment.config import EvalSettings
+from gagar.policy.agent import AgentKind
 from gagar.policy.evaluate import RolloutQuality, evaluate_detailed
 from gagar.policy.rollout import make_backend
 from gagar.policy.rollout import rollout as sample
+from gagar.policy.visible_tests import VisibleTests
 from gagar.records import atomic_write_text, read_records, write_records
 from gagar.sandbox.runner import BackendName
 from gagar.sandbox.runner import make_backend as make_sandbox
@@ -113,7 +115,8 @@ def evaluate_policy(
     updates: int | None = None,
     start: Sequence[Trajectory] | None = None,
 ) -> EvalSummary:
-    """Sample ``settings.samples_per_task`` answers per task from ``policy``, test and judge them.
+    """Sample ``settings.samples_per_task`` answers per task from ``policy`` with ``settings.agent``
+    (the tool loop's RUN_TESTS in the same sandbox backend, visible tests only), test and judge them.
 
     Args:
         max_tasks: evaluate on the first this many tasks only.
@@ -129,6 +132,8 @@ def evaluate_policy(
     if not held_out:
         raise ValueError(f"{tasks}: no held-out tasks")
     generator, tokenizer = make_backend(str(policy), settings.backend)
+    sandbox_backend = make_sandbox(BackendName(sandbox), workers)
+    tool_loop = settings.agent.kind is AgentKind.TOOL_LOOP
     params = SamplingParams(
         temperature=settings.temperature,
         top_p=settings.top_p,
@@ -144,13 +149,13 @@ def evaluate_policy(
             params,
             policy_version=str(policy),
             progress=progress,
+            agent=settings.agent,
+            run_tests=VisibleTests(sandbox_backend, settings.agent.max_tool_chars) if tool_loop else None,
         )
     )
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "trajectories.jsonl", trajectories)
-    quality, results, judged = evaluate_detailed(
-        held_out, trajectories, make_sandbox(BackendName(sandbox), workers)
-    )
+    quality, results, judged = evaluate_detailed(held_out, trajectories, sandbox_backend)
     write_records(out / "results.jsonl", results)
     write_records(out / "eval.jsonl", judged)
     summary = EvalSummary(

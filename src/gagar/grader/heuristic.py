@@ -6,7 +6,8 @@ stands in for the unknown gold patch)::
     penalty = lines out of scope + 2 * (files - fewest files) + 0.5 * (size - smallest size)
               + 0.5 * lint findings added
 
-and the score ``1 / (1 + penalty)``; equal scores are tied.
+and the score ``1 / (1 + penalty)``; equal scores are tied. The final patch is what is ranked; a
+multi-turn candidate's evidence also says how it got there (turns, test runs, edits reverted).
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ def heuristic_scores(raw: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + penalty)
 
 
+def _with_agent(line: str, ws: GroupWorkspace, tid: str) -> str:
+    entry = ws.entry(tid)
+    if entry.turns <= 1:
+        return line
+    return f"{line}; {entry.turns} turns, {entry.tests_run} test runs, {entry.edits_reverted} edits reverted"
+
+
 class HeuristicGrader:
     """Rules over the tool outputs; deterministic and independent of the candidates' order."""
 
@@ -47,5 +55,7 @@ class HeuristicGrader:
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
         raw = group_features(ws, sorted(order))
         scores = dict(zip(sorted(order), heuristic_scores(raw).round(6).tolist(), strict=True))
-        evidence = {t: evidence_line(row) for t, row in zip(sorted(order), raw, strict=True)}
+        evidence = {
+            t: _with_agent(evidence_line(row), ws, t) for t, row in zip(sorted(order), raw, strict=True)
+        }
         return Ranking(ranking_from_scores(scores), scores, evidence)

@@ -52,6 +52,7 @@ TOOL_NAMES = (
     "lint_delta",
     "pairwise_diff",
     "run_tests",
+    "read_conversation",
 )
 
 
@@ -105,6 +106,7 @@ To call a tool: {"tool": NAME, "args": {...}}. Without "candidate", a tool answe
 - read_patch {"candidate": ID}: the candidate's unified diff
 - pairwise_diff {"a": ID, "b": ID}: the difference between two candidates' patched files
 - run_tests {"candidate": ID, "tests": [TEST_ID, ...]}: run tests against a candidate
+- read_conversation {"candidate": ID}: how a multi-turn agent got there (its turns, tests run, edits reverted)
 To finish, a note per candidate, then {"ranking": [[best ids], [next ids], ...]} (ids in one inner
 list are tied) or {"scores": {ID: number, ...}} (higher is better, equal scores tie).
 Every candidate must appear exactly once."""
@@ -219,6 +221,11 @@ class _Session:
             return _jsonable(simple[call.tool](self.ws, self._id(a, "candidate")))
         if call.tool == "read_patch":
             return self.ws.patch(self._id(a, "candidate"))
+        if call.tool == "read_conversation":
+            tid = self._id(a, "candidate")
+            entry = self.ws.entry(tid)
+            head = f"{entry.turns} turns, {entry.tests_run} test runs, {entry.edits_reverted} edits reverted"
+            return f"{head}\n\n{self.ws.conversation(tid) or '(a single-shot answer)'}"
         if call.tool == "pairwise_diff":
             first, second = self._id(a, "a"), self._id(a, "b")
             diff = tools.pairwise_diff(self.ws, first, second, self.max_chars)

@@ -130,7 +130,7 @@ def _grade_one(
 ) -> Grade:
     found = {m.trajectory_id: r for m in members if (r := results.get(m.trajectory_id)) is not None}
     passed = {tid: r.resolved for tid, r in found.items()}
-    candidates = [CandidateInput(m.trajectory_id, m.model_patch, found.get(m.trajectory_id)) for m in members]
+    candidates = [CandidateInput.of(m, found.get(m.trajectory_id)) for m in members]
     start = time.monotonic()
     try:
         ws = build_group_workspace(workspace_root, group_id, task, candidates, passed, repos_dir)

@@ -8,6 +8,7 @@ One directory per group, the same locally and on a cluster volume::
     <root>/<group>/candidates/<traj>/patch.diff   the trajectory's model_patch
     <root>/<group>/candidates/<traj>/tree/        the repository with the patch applied
     <root>/<group>/candidates/<traj>/test.log     the test output from the sandbox
+    <root>/<group>/candidates/<traj>/conversation.md   the agent's turns (multi-turn trajectories)
 
 Patches are applied with the sandbox's hardened applier (:func:`gagar.sandbox.patch.apply_patch`),
 so a hostile path never escapes the candidate's tree. Directory names are ids made filesystem-safe.
@@ -30,6 +31,7 @@ from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.workspace import WorkspaceError, materialize
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
+from gagar.schema.trajectory import Message, Trajectory
 
 __all__ = [
     "CandidateEntry",
@@ -41,6 +43,7 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
+CONVERSATION = "conversation.md"
 MAX_PATCH_BYTES = 1 << 22
 
 
@@ -65,6 +68,12 @@ class CandidateEntry(BaseModel):
     """Whether the patch applied to the base repository."""
     apply_error: str | None = None
     changed_files: list[str] = Field(default_factory=list)
+    turns: int = 1
+    """Assistant turns of the trajectory (1: a single-shot answer)."""
+    tests_run: int = 0
+    """How often the agent ran the visible tests (RUN_TESTS)."""
+    edits_reverted: int = 0
+    """Edit blocks the agent applied and took out again before submitting."""
 
 
 class GroupManifest(BaseModel):
@@ -83,6 +92,23 @@ class CandidateInput:
     trajectory_id: str
     patch: str
     result: TestResult | None = None
+    conversation: Sequence[Message] = ()
+    """The multi-turn agent's messages; empty for a single-shot answer."""
+    tests_run: int = 0
+    edits_reverted: int = 0
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, result: TestResult | None) -> CandidateInput:
+        """What the workspace shows of ``trajectory``: its patch, result and, if multi-turn, its turns."""
+        multi_turn = bool(trajectory.tool_calls)
+        return cls(
+            trajectory.trajectory_id,
+            trajectory.model_patch,
+            result,
+            conversation=tuple(trajectory.messages) if multi_turn else (),
+            tests_run=trajectory.tool_calls.get("RUN_TESTS", 0),
+            edits_reverted=trajectory.edits_reverted,
+        )
 
 
 @dataclass(eq=False)
@@ -141,6 +167,11 @@ class GroupWorkspace:
 
     def log(self, trajectory_id: str) -> str:
         return (self.folder(trajectory_id) / "test.log").read_text(encoding="utf-8")
+
+    def conversation(self, trajectory_id: str) -> str:
+        """The agent's conversation (``conversation.md``); empty for a single-shot answer."""
+        path = self.folder(trajectory_id) / CONVERSATION
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
 
     def base_text(self, path: str) -> str | None:
         """A file of the base repository, None if absent or not UTF-8."""
@@ -231,6 +262,9 @@ def _lay_out_candidate(group_dir: Path, candidate: CandidateInput, passed: bool)
     (folder / "patch.diff").write_text(candidate.patch, encoding="utf-8")
     result = candidate.result
     (folder / "test.log").write_text(result.log if result is not None else "", encoding="utf-8")
+    if candidate.conversation:
+        turns = "".join(f"## {m.role}\n\n{m.content}\n\n" for m in candidate.conversation)
+        (folder / CONVERSATION).write_text(turns, encoding="utf-8")
     _copy_tree(group_dir / "base", folder / "tree")
     changed: list[str] = []
     error = None
@@ -246,4 +280,7 @@ def _lay_out_candidate(group_dir: Path, candidate: CandidateInput, passed: bool)
         applied=error is None,
         apply_error=error,
         changed_files=changed,
+        turns=max(1, sum(m.role == "assistant" for m in candidate.conversation)),
+        tests_run=candidate.tests_run,
+        edits_reverted=candidate.edits_reverted,
     )

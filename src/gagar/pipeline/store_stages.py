@@ -117,9 +117,17 @@ def rollout(
     storage: str = "",
     served_model: str = "policy",
     adapters_dir: str = "",
+    agent: str = "single",
+    max_turns: int = 8,
+    max_trajectory_tokens: int = 2048,
+    max_trajectory_seconds: float = 600.0,
+    sandbox: str = "local",
+    sandbox_workers: int = 0,
     **options: Any,
 ) -> dict[str, float]:
-    """Download the policy and sample generation batch ``gen_batch`` of ``step`` into ``trajectories``.
+    """Download the policy and sample generation batch ``gen_batch`` of ``step`` into ``trajectories``
+    with ``agent`` (the tool loop bounded by ``max_turns`` and the trajectory budgets, ``0`` seconds:
+    none, its RUN_TESTS in the ``sandbox`` backend).
 
     With ``backend`` ``server`` the warm policy server at ``endpoint`` samples: it is first made to
     serve the step's version (:func:`served_version`; the adapter read from ``adapters_dir``, empty:
@@ -127,6 +135,12 @@ def rollout(
     version, so the train stage refuses samples of any other. ``options`` are
     :func:`gagar.stages.rollout_stage`'s (groups, group_size, seed, temperature, …).
     """
+    from gagar.policy.agent import AgentKind, AgentSettings
+
+    settings = AgentSettings(
+        kind=AgentKind(agent), max_turns=max_turns, max_tokens=max_trajectory_tokens,
+        max_seconds=unset(max_trajectory_seconds),
+    )  # fmt: skip
     metrics: dict[str, float] = {}
     model_name = None
     if backend == "server":
@@ -161,6 +175,9 @@ def rollout(
                 endpoint=unset(endpoint),
                 model_name=model_name,
                 progress=False,
+                agent=settings,
+                sandbox=sandbox,
+                sandbox_workers=unset(sandbox_workers),
                 **options,
             ),
         )
@@ -619,7 +636,11 @@ def evaluate(
         )
         write_records(results_out, results)
         summary = json.loads(quality.model_dump_json())
-        return {f"eval/{key}": float(value) for key, value in summary.items() if value is not None}
+        flat = {f"eval/{key}": value for key, value in summary.items() if not isinstance(value, dict)}
+        for key, values in summary.items():  # tool_calls_mean: one metric per command
+            if isinstance(values, dict):
+                flat |= {f"eval/{key}/{name.lower()}": value for name, value in values.items()}
+        return {key: float(value) for key, value in flat.items() if value is not None}
 
     return _timed("evaluate", run)
 

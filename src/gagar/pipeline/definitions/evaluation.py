@@ -34,6 +34,10 @@ def build(options: PlatformOptions | None = None) -> Any:
         policy_endpoint: str = "",
         sandbox_backend: str = "kubernetes",
         sandbox_workers: int = 0,
+        agent: str = "single",
+        max_turns: int = 8,
+        max_trajectory_tokens: int = 2048,
+        max_trajectory_seconds: float = 600.0,
     ):
         start = prepare(storage=storage, model=model, tasks_uri=tasks)
         sampled = rollout(
@@ -48,6 +52,12 @@ def build(options: PlatformOptions | None = None) -> Any:
             max_new_tokens=max_new_tokens,
             backend=rollout_backend,
             endpoint=policy_endpoint,
+            agent=agent,
+            max_turns=max_turns,
+            max_trajectory_tokens=max_trajectory_tokens,
+            max_trajectory_seconds=max_trajectory_seconds,
+            sandbox=sandbox_backend,
+            sandbox_workers=sandbox_workers,
         )
         judged = evaluate(
             tasks=start.outputs["tasks"],

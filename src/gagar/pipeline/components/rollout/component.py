@@ -25,6 +25,12 @@ def rollout(
     endpoint: str = "",
     served_model: str = "policy",
     adapters_dir: str = "",
+    agent: str = "single",
+    max_turns: int = 8,
+    max_trajectory_tokens: int = 2048,
+    max_trajectory_seconds: float = 600.0,
+    sandbox: str = "kubernetes",
+    sandbox_workers: int = 0,
 ):
     """Sample ``group_size`` trajectories for each of ``groups`` tasks (``gagar.stages.rollout_stage``).
 
@@ -47,6 +53,12 @@ def rollout(
         storage: the run's artifact store (where the ``server`` backend's adapters are published).
         served_model: the server's name for its base model (the version sampled before any update).
         adapters_dir: where the server reads published adapters; empty: the local store's ``adapters/``.
+        agent: ``single`` (one SEARCH/REPLACE answer) or ``tool-loop`` (multi-turn, tools, SUBMIT).
+        max_turns: the tool loop's most assistant turns.
+        max_trajectory_tokens: the tool loop's most tokens of a conversation (prompt included).
+        max_trajectory_seconds: the tool loop's wall-clock budget of a conversation; 0: none.
+        sandbox: where the tool loop's RUN_TESTS run the repository's own tests (never the judge's).
+        sandbox_workers: parallel RUN_TESTS evaluations; 0: every core.
     """
     from gagar.pipeline import store_stages
 
@@ -69,5 +81,11 @@ def rollout(
             storage=storage,
             served_model=served_model,
             adapters_dir=adapters_dir,
+            agent=agent,
+            max_turns=max_turns,
+            max_trajectory_tokens=max_trajectory_tokens,
+            max_trajectory_seconds=max_trajectory_seconds,
+            sandbox=sandbox,
+            sandbox_workers=sandbox_workers,
         ),
     )
