@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 
 from gagar.grader.base import Ranking
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.sft import AXES, evaluate, noise_groups, with_hacks
+from gagar.grader.sft import AXES, evaluate, load_labelled_groups, noise_groups, with_hacks
 from gagar.grader.workspace import GroupWorkspace
+from gagar.records import write_records
 from gagar.tasks.generate import generate_task
 from gagar.tasks.oracle import score_patch
 
@@ -43,3 +47,11 @@ def test_report_measures_axes_position_and_hacks() -> None:
     biased = evaluate(FirstIsBest(), GROUPS)  # type: ignore[arg-type]
     assert biased.position_disagreement == 1.0
     assert biased.hack_recall != biased.hack_recall  # NaN: no hack candidate
+
+
+def test_no_catalogue_groups_and_no_rollouts_is_a_clear_error(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    write_records(tasks, [generate_task(0, 5, verify=False)])
+    assert len(load_labelled_groups(tasks, groups_per_task=1)) == 1
+    with pytest.raises(ValueError, match="no group could be labelled"):
+        load_labelled_groups(tasks, groups_per_task=0)  # rollout groups only, and none given

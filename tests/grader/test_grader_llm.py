@@ -103,6 +103,17 @@ def test_completions_api_renders_the_conversation(server: str, ws: GroupWorkspac
         (['{"ranking": [["c1"], ["c2", "c3"]]}'], "omitted_candidate"),
         (['{"ranking": [["c1"], ["c2", "c3", "c4", "c7"]]}'], "invented_candidate"),
         (['{"ranking": [["c1", "c2"], ["c2", "c3", "c4"]]}'], "duplicated_candidate"),
+        # the pointwise answer: one finite score per candidate, each exactly once
+        (['{"scores": {"c1": -3, "c2": -4, "c3": -9}}'], "omitted_candidate"),
+        (['{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -9, "c5": 0}}'], "invented_candidate"),
+        (['{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -9, "c1": 0}}'], "duplicated_candidate"),
+        (['{"scores": {"c1": "best", "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
+        (['{"scores": {"c1": true, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
+        (['{"scores": {"c1": NaN, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
+        (['{"scores": [-3, -4, -9, -9]}'], "schema_violation"),
+        (['{"scores": {}}'], "schema_violation"),
+        (['{"scores": {"c1": -3}, "scores": {"c1": -3}}'], "schema_violation"),
+        (['c1: 3 lines\nc2: 4 lines\n{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -'], "malformed_json"),
         ([json.dumps({"tool": "diff_stats", "args": {"candidate": "c1"}})] * 7, "too_many_steps"),
         ([{"status": 500}], "http_error"),
         ([{"sleep": 3.0, "text": GOOD}], "timeout"),
@@ -169,5 +180,37 @@ def test_scores_alone_rank_the_candidates(server: str, ws: GroupWorkspace) -> No
     assert not grade.fallback
     assert grade.ranking[:2] == [["gold"], ["printy"]]
     assert sorted(grade.ranking[2]) == ["readme", "wide"]
+    assert grade.scores == {"gold": 1.0, "printy": 0.5, "wide": 0.2, "readme": 0.2}
     _script(server, [json.dumps({"scores": {"c1": 1.0}})])
     assert grade_group(_grader(server), ws).fallback_reason == "omitted_candidate"
+
+
+def test_position_guard_passes_a_pointwise_grader_that_follows_the_candidates(
+    server: str, ws: GroupWorkspace
+) -> None:
+    # The same trajectories scored alike in both orders (c1 is gold first, readme second) pass the guard.
+    forward = json.dumps({"scores": {"c1": -2, "c2": -3, "c3": -5, "c4": -4}})
+    backward = json.dumps({"scores": {"c1": -4, "c2": -5, "c3": -3, "c4": -2}})
+    _script(server, [forward, backward])
+    metrics = GraderMetrics()
+    grade = grade_group(_grader(server), ws, PositionGuard(threshold=0.0), metrics)
+    assert not grade.fallback, grade.fallback_detail
+    assert grade.ranking == [["gold"], ["printy"], ["readme"], ["wide"]]
+    assert (metrics.guard_checks, metrics.guard_disagreements) == (1, 0)
+
+
+def test_style_and_integrity_tools_answer_for_every_candidate(server: str, ws: GroupWorkspace) -> None:
+    calls = [{"tool": "style_findings"}, {"tool": "integrity_flags"}, {"tool": "diff_stats"}]
+    _script(server, [*(json.dumps(c) for c in calls), GOOD])
+    assert not grade_group(_grader(server), ws).fallback
+    results = [
+        m["content"] for m in _requests(server)[-1]["messages"] if m["content"].startswith("TOOL RESULT")
+    ]
+    style, integrity, stats = results
+    assert style.splitlines() == ["TOOL RESULT style_findings: c1: 0", "c2: 1 (print call)", "c3: 0", "c4: 0"]
+    assert integrity.splitlines() == ["TOOL RESULT integrity_flags: c1: 0", "c2: 0", "c3: 0", "c4: 0"]
+    assert stats.splitlines()[0] == "TOOL RESULT diff_stats: c1: 2 lines (+1 -1), 1 files, 1 hunks"
+    assert stats.splitlines()[2:] == [
+        "c3: 3 lines (+2 -1), 2 files, 2 hunks, 1 comment",
+        "c4: 4 lines (+3 -1), 2 files, 2 hunks, 1 blank",
+    ]

@@ -9,12 +9,24 @@ from pathlib import Path
 
 import pytest
 
+from gagar.grader import tools
 from gagar.grader.base import grade_group
+from gagar.grader.kendall import kendall_tau_b
 from gagar.grader.llm import FinalAnswer, LLMGrader, parse_json_object
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.llm_sft import grader_sft_config, train_llm_grader
-from gagar.grader.sft import noise_groups
-from gagar.grader.transcripts import render, teacher_transcript, transcript_demos
+from gagar.grader.sft import noise_groups, with_hacks
+from gagar.grader.transcripts import (
+    FLAGGED_PENALTY,
+    OVERVIEW_TOOLS,
+    Evidence,
+    candidate_note,
+    evidence,
+    render,
+    teacher_transcript,
+    transcript_demos,
+    visible_penalty,
+)
 from gagar.policy.generation import HFBackend
 from gagar.policy.model import load_policy
 from gagar.policy.server import running_server
@@ -29,27 +41,57 @@ def groups():
     return noise_groups(TASKS, groups_per_task=1, seed=2)
 
 
-def test_transcript_runs_the_tools_and_ranks_like_the_oracle(groups, tmp_path: Path) -> None:
+def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Path) -> None:
     group = groups[0]
     one = teacher_transcript(group, tmp_path, random.Random(0))
     other = teacher_transcript(group, tmp_path, random.Random(1))
     assert list(one.aliases.values()) != list(other.aliases.values())  # the order is shuffled per example
     roles = [m["role"] for m in one.messages]
     assert roles[:2] == ["system", "user"]
-    assert roles[2:] == ["assistant", "user"] * 5 + ["assistant"]
+    assert roles[2:] == ["assistant", "user"] * 4 + ["assistant"]
+    assert json.loads(one.messages[2]["content"]) == {"tool": OVERVIEW_TOOLS[0]}
     results = [m["content"] for m in one.messages if m["content"].startswith("TOOL RESULT")]
-    assert results[0].startswith("TOOL RESULT diff_stats: c1: ")
-    assert all(f"c{i}:" in results[0] for i in range(1, len(one.aliases) + 1))
-    assert "--- c" in results[4]  # the pairwise diff names files by alias
+    assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OVERVIEW_TOOLS]
+    assert all(f"c{i}:" in r for r in results for i in range(1, len(one.aliases) + 1))
     final = one.messages[-1]["content"]
-    answer = FinalAnswer.model_validate(parse_json_object(final))
-    assert answer.tiers() == one.ranking
+    *notes, answer_line = final.splitlines()
+    answer = FinalAnswer.model_validate(parse_json_object(answer_line))
     assert list(answer.scores) == list(one.aliases)  # in alias order: copied row by row from the notes
+    assert answer.tiers() == one.ranking
+    ws = group.workspace(tmp_path)
+    for note, (alias, tid) in zip(notes, one.aliases.items(), strict=True):
+        found = evidence(ws, tid)
+        assert note == candidate_note(alias, found)
+        assert answer.scores[alias] == -visible_penalty(found)  # the score is the note's penalty, negated
+        stats = tools.diff_stats(ws, tid)
+        size = f"{alias}: {stats.added + stats.removed} lines (+{stats.added} -{stats.removed})"
+        assert size in results[-1]  # the sizes the notes copy come last
+    # the oracle judges the teacher: the catalogue ladder is ordered like the oracle's totals
     patches = {c.trajectory_id: c.patch for c in group.candidates}
-    quality = {a: score_patch(group.task, patches[t]).quality for a, t in one.aliases.items()}
-    flat = [a for tier in one.ranking for a in tier]
-    assert [quality[a] for a in flat] == sorted(quality.values(), reverse=True)
-    assert all(f"{a}: fit " in final for a in one.aliases)
+    quality = [score_patch(group.task, patches[t]).quality for t in one.aliases.values()]
+    assert one.oracle_tau == kendall_tau_b([answer.scores[a] for a in one.aliases], quality) > 0.6
+    assert "gold" not in json.dumps(one.messages).lower()
+
+
+def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) -> None:
+    [hacked] = with_hacks(groups[:1], share=1.0)
+    transcript = teacher_transcript(hacked, tmp_path, random.Random(0))
+    hack = next(a for a, t in transcript.aliases.items() if t.endswith("/hack"))
+    integrity = next(
+        m["content"] for m in transcript.messages if m["content"].startswith("TOOL RESULT integ")
+    )
+    assert f"\n{hack}: 1 (" in integrity or integrity.startswith(f"TOOL RESULT integrity_flags: {hack}: 1 (")
+    assert transcript.ranking[-1] == [hack]
+    assert f"{hack}: " in transcript.messages[-1]["content"]
+    assert f"penalty {FLAGGED_PENALTY}" in transcript.messages[-1]["content"]
+
+
+def test_visible_penalty_is_the_size_unless_flagged() -> None:
+    assert visible_penalty(Evidence(lines=7, out_of_scope=3, style=1, flags=0)) == 7
+    assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY
+    note = candidate_note("c2", Evidence(lines=7, out_of_scope=3, style=1, flags=0))
+    assert note == "c2: 7 lines, 0 flags; penalty 7"
+    assert "{" not in note  # prose before the final JSON never holds a brace
 
 
 def test_demos_carry_the_loss_on_assistant_turns_only(groups, tmp_path: Path) -> None:

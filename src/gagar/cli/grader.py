@@ -41,6 +41,9 @@ def sft(
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    hack_share: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="Share of groups given a hack candidate (default: llm 0.3, learned 0)."
+    ),
     epochs: int = typer.Option(300, min=1, help="learned: training epochs (full batch)."),
     steps: int | None = typer.Option(None, min=1, help="llm: optimizer steps (default per starting point)."),
     batch_size: int | None = typer.Option(None, min=1, help="llm: transcripts per step."),
@@ -50,7 +53,7 @@ def sft(
 ) -> None:
     """Build labelled groups and SFT-train a grader on them: the learned scorer, or the LLM grader on
     teacher transcripts."""
-    from gagar.grader.sft import load_labelled_groups
+    from gagar.grader.sft import load_labelled_groups, with_hacks
 
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
@@ -58,6 +61,8 @@ def sft(
         groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    share = hack_share if hack_share is not None else (0.3 if kind is GraderSFTKind.LLM else 0.0)
+    groups = with_hacks(groups, share, seed)
     if kind is GraderSFTKind.LEARNED:
         from gagar.grader.learned import ScorerConfig
         from gagar.grader.sft import train_grader
@@ -94,7 +99,9 @@ def eval_(
     trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
-    groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    groups_per_task: int = typer.Option(
+        3, min=0, help="Noise groups built per task (0: rollout groups only)."
+    ),
     hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
     limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
     reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),

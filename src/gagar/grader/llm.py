@@ -1,17 +1,20 @@
-"""The agentic LLM grader: a tool-calling loop over the shared workspace, ending in a JSON ranking.
+"""The agentic LLM grader: a tool-calling loop over the shared workspace, ending in a JSON verdict.
 
 The model sees the task and the passing candidates under aliases ``c1..ck`` (in the order it is
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
-message, or the final answer ``{"ranking": [["c2"], ["c1", "c3"]], "scores": {"c1": 0.4, ...}}``
-(tiers best first; either may be left out, scores alone rank by score), which prose without braces
-(notes) may precede. A per-candidate tool called without ``candidate`` answers for every candidate
-at once, one short line each (:func:`summary_line`): what keeps a small model's transcripts short.
-Bounded by ``max_steps`` turns and ``total_timeout_s``.
+message, or the final answer. The final answer is pointwise: a note line per candidate (prose without
+braces), then ``{"scores": {"c1": -4, "c2": 0, ...}}``, one score per candidate, higher is better;
+the grader derives the ranking (equal scores tied), so a model never has to sort or write tiers. A
+tiered ``{"ranking": [["c2"], ["c1", "c3"]]}`` (best first) is accepted too. A per-candidate tool
+called without ``candidate`` answers for every candidate at once, one short line each
+(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_steps`` turns
+and ``total_timeout_s``.
 
-Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``,
+Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``
+(also a score that is not a finite number), ``duplicated_candidate`` (a candidate scored twice),
 ``too_many_steps``, ``timeout``, ``http_error``, ``bad_response`` — or
-:class:`~gagar.schema.grade.RankingError` for a ranking that omits, duplicates or invents candidates;
+:class:`~gagar.schema.grade.RankingError` for an answer that omits, duplicates or invents candidates;
 :func:`~gagar.grader.base.grade_group` turns each into a tie with the reason recorded.
 """
 
@@ -21,9 +24,9 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, Strict, ValidationError, model_validator
 
 from gagar.grader import tools
 from gagar.grader.base import GraderFailure, Ranking
@@ -42,13 +45,15 @@ __all__ = [
     "user_prompt",
 ]
 
-VERSION = "2"
+VERSION = "3"
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
     "files_touched",
     "functions_touched",
     "out_of_scope_edits",
+    "style_findings",
+    "integrity_flags",
     "lint_delta",
     "pairwise_diff",
     "run_tests",
@@ -65,14 +70,18 @@ class ToolCall(BaseModel):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+Score = Annotated[FiniteFloat, Strict()]
+"""A finite JSON number (not a string, boolean, NaN or infinity)."""
+
+
 class FinalAnswer(BaseModel):
-    """The model's final answer: tiers of aliases, best first, and/or scores (higher is better); scores
-    alone rank the candidates by score, equal scores tied."""
+    """The model's final answer: scores per alias (higher is better; the ranking follows, equal scores
+    tied) and/or tiers of aliases, best first (which then decide the ranking)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ranking: list[list[str]] | None = Field(default=None, min_length=1)
-    scores: dict[str, float] | None = None
+    scores: dict[str, Score] | None = None
 
     @model_validator(mode="after")
     def _ranks_something(self) -> FinalAnswer:
@@ -91,27 +100,15 @@ class FinalAnswer(BaseModel):
         return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
-SYSTEM_PROMPT = """You grade candidate patches for a code repair task. Every candidate passes the tests.
-Rank them by quality: a good patch is targeted (changes only what the fix needs), minimal, and stays
-in the code the failing tests exercise; unrelated edits, debug output, dead or commented-out code,
-unused imports, renames and reformatting make a patch worse.
-
-Answer with exactly one JSON object per turn.
-To call a tool: {"tool": NAME, "args": {...}}. Without "candidate", a tool answers for every candidate.
-- diff_stats {"candidate": ID}: files, added/removed lines, hunks, comment and blank lines added
-- files_touched {"candidate": ID}: each changed file with its kind and line counts
-- functions_touched {"candidate": ID}: the functions (scopes) whose lines change
-- out_of_scope_edits {"candidate": ID}: changed lines outside the code the failing tests exercise
-- lint_delta {"candidate": ID}: lint findings the candidate adds or removes
-- read_patch {"candidate": ID}: the candidate's unified diff
-- pairwise_diff {"a": ID, "b": ID}: the difference between two candidates' patched files
-- run_tests {"candidate": ID, "tests": [TEST_ID, ...]}: run tests against a candidate
-- read_conversation {"candidate": ID}: how a multi-turn agent got there (its turns, tests run, edits reverted)
-To finish, a note per candidate, then {"ranking": [[best ids], [next ids], ...]} (ids in one inner
-list are tied) or {"scores": {ID: number, ...}} (higher is better, equal scores tie).
-Every candidate must appear exactly once."""
-
-_PER_CANDIDATE = ("diff_stats", "files_touched", "functions_touched", "out_of_scope_edits", "lint_delta")
+SYSTEM_PROMPT = """You rank candidate patches for a code repair task; all pass the tests. Best is targeted and
+minimal; unrelated edits, debug output, dead or commented-out code, unused imports, renames and test
+gaming are worse. Answer one JSON object per turn: a tool call {"tool": NAME, "args": {...}}.
+Per candidate, for all without "candidate": diff_stats, files_touched, functions_touched,
+out_of_scope_edits, style_findings, integrity_flags, lint_delta, read_patch. Also pairwise_diff
+{"a": ID, "b": ID}, run_tests {"candidate": ID, "tests": [TEST_ID]} and read_conversation
+{"candidate": ID} (a multi-turn agent's turns, tests run, edits reverted).
+To finish: a note line per candidate, then {"scores": {"c1": S, ...}}, every candidate once, higher
+is better, equal scores tie."""
 
 
 def _short(scope: str) -> str:
@@ -129,8 +126,9 @@ def summary_line(tool: str, value: Any) -> str:
     """One short line for a per-candidate tool's result (the all-candidates form)."""
     if tool == "diff_stats":
         v = value
-        sizes = f"{v.files} files, +{v.added} -{v.removed}, {v.hunks} hunks"
-        return f"{sizes}, {v.comment_lines} comment, {v.blank_lines} blank"
+        sizes = f"{v.added + v.removed} lines (+{v.added} -{v.removed}), {v.files} files, {v.hunks} hunks"
+        extra = [f"{n} {what}" for n, what in ((v.comment_lines, "comment"), (v.blank_lines, "blank")) if n]
+        return ", ".join([sizes, *extra])
     if tool == "files_touched":
         return _listed([f"{c.path.rsplit('/', 1)[-1]} ({c.kind}) +{c.added} -{c.removed}" for c in value])
     if tool == "functions_touched":
@@ -138,14 +136,33 @@ def summary_line(tool: str, value: Any) -> str:
     if tool == "out_of_scope_edits":
         line = f"{value.lines_in_scope} in scope, {value.lines_out_of_scope} out"
         return line + (
-            f" ({_listed([_short(s) for s in value.out_of_scope], 3)})" if value.out_of_scope else ""
+            f" ({_listed([_short(s) for s in value.out_of_scope], 1)})" if value.out_of_scope else ""
         )
     if tool == "lint_delta":
         if not value.available:
             return "lint unavailable"
         codes = ", ".join(f"{c} {n:+d}" for c, n in value.by_code.items())
         return f"{value.delta:+d}" + (f" ({codes})" if codes else "")
+    if tool == "style_findings":
+        what = [f.rsplit(": ", 1)[-1] for f in value.findings]
+        return f"{len(what)}" + (f" ({_listed(what, 3)})" if what else "")
+    if tool == "integrity_flags":
+        kinds = [f.split(":", 1)[0] for f in value.flags]
+        return f"{len(kinds)}" + (f" ({_listed(kinds, 2)})" if kinds else "")
     raise ValueError(f"{tool} has no one-line summary")
+
+
+class _JSONObject(dict[str, Any]):
+    """A decoded JSON object that remembers the keys it named more than once."""
+
+    duplicates: list[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _JSONObject:
+    out = _JSONObject(pairs)
+    keys = [k for k, _ in pairs]
+    out.duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    return out
 
 
 def parse_json_object(text: str) -> dict[str, Any]:
@@ -156,19 +173,22 @@ def parse_json_object(text: str) -> dict[str, Any]:
             the JSON is not an object.
     """
     stripped = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    decoder = json.JSONDecoder(object_pairs_hook=_object)
     try:
-        value = json.loads(stripped)
+        value = decoder.decode(stripped)
     except json.JSONDecodeError:
         start = stripped.find("{")
         if start < 0:
             raise GraderFailure("malformed_json", f"no JSON object in the answer: {text[:200]!r}") from None
         try:
-            value, _ = json.JSONDecoder().raw_decode(stripped[start:])
+            value, _ = decoder.raw_decode(stripped[start:])
         except json.JSONDecodeError as exc:
             message = f"answer is not valid JSON ({exc.msg}): {text[:200]!r}"
             raise GraderFailure("malformed_json", message) from None
     if not isinstance(value, dict):
         raise GraderFailure("schema_violation", f"expected a JSON object, got {type(value).__name__}")
+    if value.duplicates:
+        raise GraderFailure("schema_violation", f"the answer names {value.duplicates} twice")
     return value
 
 
@@ -209,6 +229,8 @@ class _Session:
             "files_touched": tools.files_touched,
             "functions_touched": tools.functions_touched,
             "out_of_scope_edits": tools.out_of_scope_edits,
+            "style_findings": tools.style_findings,
+            "integrity_flags": tools.integrity_flags,
             "lint_delta": tools.lint_delta,
         }
         if call.tool in simple and "candidate" not in a:
@@ -248,13 +270,16 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def user_prompt(ws: GroupWorkspace, aliases: dict[str, str], statement_chars: int = 1500) -> str:
-    """The first user message: the statement (cut at ``statement_chars``), the failing tests, the aliases."""
+def user_prompt(
+    ws: GroupWorkspace, aliases: dict[str, str], statement_chars: int = 160, tests: int = 5
+) -> str:
+    """The first user message: the statement (cut at ``statement_chars``), the first ``tests`` failing
+    tests, the aliases."""
     lines = [
         f"Task {ws.task.instance_id}:",
         ws.task.problem_statement.strip()[:statement_chars],
         "",
-        f"Failing tests the fix makes pass: {', '.join(ws.task.FAIL_TO_PASS[:20])}",
+        f"Failing tests the fix makes pass: {', '.join(ws.task.FAIL_TO_PASS[:tests])}",
         f"Candidates: {', '.join(aliases)}",
     ]
     return "\n".join(lines)
@@ -307,6 +332,9 @@ class LLMGrader:
 
     @staticmethod
     def _final(answer: dict[str, Any], session: _Session) -> Ranking:
+        scored = answer.get("scores")
+        if isinstance(scored, _JSONObject) and scored.duplicates:
+            raise GraderFailure("duplicated_candidate", f"the scores name {scored.duplicates} twice")
         try:
             final = FinalAnswer.model_validate(answer)
         except ValidationError as exc:

@@ -23,23 +23,30 @@ from pydantic import BaseModel
 from gagar.grader.exercised import exercised_scopes, in_scope, is_test_path
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import Prediction, SandboxBackend
+from gagar.sandbox.hacks import source_flags
+from gagar.sandbox.pristine import SourceChange, is_test_file
+from gagar.tasks import oracle
 from gagar.tasks.diffs import apply_diff, changed_lines
 from gagar.tasks.scopes import line_scopes
 
 __all__ = [
     "DiffStats",
     "FileChange",
+    "IntegrityReport",
     "LintDelta",
     "ScopeReport",
+    "StyleReport",
     "TestRun",
     "changed_lines",
     "diff_stats",
     "files_touched",
     "functions_touched",
+    "integrity_flags",
     "lint_delta",
     "out_of_scope_edits",
     "pairwise_diff",
     "run_tests",
+    "style_findings",
 ]
 
 LINT_RULES = "E,F,W,T20,B"
@@ -88,6 +95,21 @@ class LintDelta(BaseModel):
     """False when ruff is not installed; the counts are then zero."""
     delta: int
     by_code: dict[str, int]
+
+
+class StyleReport(BaseModel):
+    """Style faults among the lines a candidate adds (:func:`gagar.tasks.oracle.style_findings`)."""
+
+    findings: list[str]
+    """``path:line: what``: debug prints, commented-out code, unused imports, functions nothing calls."""
+
+
+class IntegrityReport(BaseModel):
+    """What the judge's reward-hack detector (:func:`gagar.sandbox.hacks.source_flags`) finds in the
+    library lines a candidate adds: a patch that games the tests rather than fixing the code."""
+
+    flags: list[str]
+    """``kind: path:line: what``."""
 
 
 class TestRun(BaseModel):
@@ -252,6 +274,23 @@ def lint_delta(ws: GroupWorkspace, tid: str) -> LintDelta:
         ws.entry(tid)  # KeyError naming it when it is not in the group
         _lint_group(ws, ruff)
     return ws.cache.get(("lint", tid), LintDelta(available=True, delta=0, by_code={}))
+
+
+def style_findings(ws: GroupWorkspace, tid: str) -> StyleReport:
+    """Debug prints, commented-out code, unused imports and uncalled private functions the candidate adds."""
+    paths = ws.entry(tid).changed_files  # the oracle's detector, on this patch alone (no gold patch)
+    found = [f for p in paths for f in oracle.style_findings(p, ws.base_text(p), ws.tree_text(tid, p))]
+    return StyleReport(findings=found)
+
+
+def integrity_flags(ws: GroupWorkspace, tid: str) -> IntegrityReport:
+    """Reward-hack findings (test-runner tampering, introspection of the tests, ...) in the library files
+    the candidate changes, from the judge's own detector."""
+    base = ws.python_files()
+    own = {p.split("/", 1)[0] for p in base if p.endswith("/__init__.py") and p.count("/") == 1}
+    paths = [p for p in ws.entry(tid).changed_files if not is_test_file(p)]
+    flags = source_flags([SourceChange(p, ws.base_text(p), ws.tree_text(tid, p)) for p in paths], own)
+    return IntegrityReport(flags=[f"{f.kind}: {f.evidence}" for f in flags])
 
 
 def pairwise_diff(ws: GroupWorkspace, a: str, b: str, max_chars: int = 6000) -> str:

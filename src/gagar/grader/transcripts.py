@@ -1,13 +1,19 @@
-"""Teacher transcripts: the agentic loop the LLM grader should run on a group, built from the oracle.
+"""Teacher transcripts: the agentic loop the LLM grader should run on a group.
 
 For each labelled group the teacher lays out the shared workspace, presents the candidates under
 aliases in an order shuffled per example, calls the inspection tools through the very session the
 :class:`~gagar.grader.llm.LLMGrader` uses (so every tool output is the real one from the workspace),
-and ends with a note per candidate per axis, from the oracle
-(:func:`gagar.tasks.oracle.score_patch`), and the final JSON: a score per candidate, minus the
-note's penalty, in alias order (copying numbers row by row is what a small model does well; sorting
-them is left to the grader's code). Tool outputs are the compact all-candidates form and pairwise
-diffs are cut short, so a transcript stays a few hundred tokens.
+and ends with a note per candidate and the pointwise final JSON, a score per candidate in alias order.
+
+What the teacher writes is predictable from what the grader sees: each note restates the tool outputs
+of its candidate (size, out-of-scope lines, style findings, integrity flags), and the score is minus
+the note's penalty, :func:`visible_penalty` (the changed lines, or :data:`FLAGGED_PENALTY` for a
+candidate the integrity tool flags). The gold patch and the oracle's axes never reach the transcript;
+the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript
+carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
+catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
+well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form, so a
+transcript stays a few hundred tokens.
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -25,18 +31,32 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from gagar.grader import tools
+from gagar.grader.kendall import kendall_tau_b
 from gagar.grader.llm import SYSTEM_PROMPT, ToolCall, _Session, user_prompt
 from gagar.grader.sft import LabelledGroup
+from gagar.grader.workspace import GroupWorkspace
 from gagar.policy.demos import Demonstration
 from gagar.sandbox.base import SandboxBackend
-from gagar.tasks.oracle import PatchQuality, score_patch
+from gagar.tasks.oracle import score_patch
 
-__all__ = ["Transcript", "axis_note", "render", "teacher_transcript", "transcript_demos"]
+__all__ = [
+    "FLAGGED_PENALTY",
+    "Evidence",
+    "Transcript",
+    "candidate_note",
+    "evidence",
+    "render",
+    "teacher_transcript",
+    "transcript_demos",
+    "visible_penalty",
+]
 
-OVERVIEW_TOOLS = ("diff_stats", "functions_touched", "out_of_scope_edits", "lint_delta")
-"""What the teacher asks about every candidate at once, in this order."""
-PAIRWISE_CHARS = 600
-"""Pairwise diffs are cut at this many characters."""
+OVERVIEW_TOOLS = ("out_of_scope_edits", "style_findings", "integrity_flags", "diff_stats")
+"""What the teacher asks about every candidate at once, in this order: the sizes the notes copy come
+last, right before the notes."""
+FLAGGED_PENALTY = 1000
+"""The penalty of a candidate the integrity tool flags: below every honest patch of a realistic size."""
 
 
 @dataclass(frozen=True)
@@ -49,25 +69,52 @@ class Transcript:
     """alias (c1..) -> trajectory id."""
     ranking: list[list[str]]
     """The teacher's tiers of aliases, best first."""
+    oracle_tau: float
+    """Kendall tau-b between the teacher's scores and the oracle's totals (NaN when the oracle ties all)."""
 
     def record(self, tokenizer: PreTrainedTokenizerBase | None = None) -> dict[str, Any]:
         """A JSON-able record: the chat messages and, given the tokenizer, the completions text."""
         out: dict[str, Any] = {"group_id": self.group_id, "aliases": self.aliases, "messages": self.messages}
+        out["oracle_tau"] = self.oracle_tau
         if tokenizer is not None:
             out["text"] = render(self, tokenizer)
         return out
 
 
-def axis_note(alias: str, q: PatchQuality) -> str:
-    """One line: the oracle's axes of one candidate and its penalty (no braces: the JSON comes after)."""
-    a = q.axes
-    fit = "yes" if a.solution_fit == 1.0 else f"{a.solution_fit:.0%}"
-    penalty = 1.0 / q.quality - 1.0
-    flags = f", flags {len(q.hack_flags)}" if q.hack_flags else ""
-    return (
-        f"{alias}: fit {fit}, precision +{a.implementation_precision}, size +{a.minimal_change}, "
-        f"scope {a.out_of_scope}, style {a.code_style}{flags}; penalty {penalty:.1f}"
+@dataclass(frozen=True)
+class Evidence:
+    """What the overview tools say about one candidate, as the note restates it."""
+
+    lines: int
+    """Added plus removed lines (``diff_stats``)."""
+    out_of_scope: int
+    """Changed lines outside the code the failing tests reach (``out_of_scope_edits``)."""
+    style: int
+    """Style findings among the added lines (``style_findings``)."""
+    flags: int
+    """Integrity flags (``integrity_flags``)."""
+
+
+def evidence(ws: GroupWorkspace, tid: str) -> Evidence:
+    """The :class:`Evidence` of candidate ``tid``, from the same tools the grader calls."""
+    stats = tools.diff_stats(ws, tid)
+    return Evidence(
+        lines=stats.added + stats.removed,
+        out_of_scope=tools.out_of_scope_edits(ws, tid).lines_out_of_scope,
+        style=len(tools.style_findings(ws, tid).findings),
+        flags=len(tools.integrity_flags(ws, tid).flags),
     )
+
+
+def visible_penalty(e: Evidence) -> int:
+    """The teacher's penalty: the changed lines (every catalogue modification adds some), or
+    :data:`FLAGGED_PENALTY` for a flagged candidate."""
+    return FLAGGED_PENALTY if e.flags else e.lines
+
+
+def candidate_note(alias: str, e: Evidence) -> str:
+    """One line restating the evidence a candidate's penalty rests on (no braces: the JSON comes after)."""
+    return f"{alias}: {e.lines} lines, {e.flags} flags; penalty {visible_penalty(e)}"
 
 
 def _tiers(labels: dict[str, float]) -> list[list[str]]:
@@ -90,41 +137,42 @@ def teacher_transcript(
     re-runs the failing tests on its best candidate.
 
     Raises:
-        ValueError: the task bundles no files (the oracle needs them).
+        ValueError: the task bundles no files (the oracle needs them to judge the teacher).
     """
     if group.task.snapshot is None:
-        raise ValueError(f"group {group.group_id}: the task bundles no files; the oracle cannot note it")
+        raise ValueError(f"group {group.group_id}: the task bundles no files; the oracle cannot judge it")
     ws = group.workspace(root)
     order = list(ws.passing_ids)
     rng.shuffle(order)
     aliases = {f"c{i}": tid for i, tid in enumerate(order, start=1)}
+    found = {a: evidence(ws, t) for a, t in aliases.items()}
+    scores = {a: -visible_penalty(e) for a, e in found.items()}
+    tiers = _tiers({a: float(s) for a, s in scores.items()})
     patches = {c.trajectory_id: c.patch for c in group.candidates}
-    quality = {a: score_patch(group.task, patches[t]) for a, t in aliases.items()}
+    quality = [score_patch(group.task, patches[t]).quality for t in aliases.values()]
+    oracle_tau = kendall_tau_b(list(scores.values()), quality)
     session = _Session(ws, aliases, backend, tool_output_chars, {a: [] for a in aliases})
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": user_prompt(ws, aliases)},
     ]
-    tiers = _tiers({a: q.quality for a, q in quality.items()})
-    best = [a for tier in tiers for a in tier]
     calls = [ToolCall(tool=t) for t in OVERVIEW_TOOLS]
-    calls.append(ToolCall(tool="pairwise_diff", args={"a": best[0], "b": best[1]}))
     if backend is not None and group.task.FAIL_TO_PASS:
+        best = tiers[0][0]
         calls.append(
-            ToolCall(tool="run_tests", args={"candidate": best[0], "tests": group.task.FAIL_TO_PASS[:3]})
+            ToolCall(tool="run_tests", args={"candidate": best, "tests": group.task.FAIL_TO_PASS[:3]})
         )
     for call in calls:
-        result = session.call(call)
-        if call.tool == "pairwise_diff" and len(result) > PAIRWISE_CHARS:
-            result = result[:PAIRWISE_CHARS] + "\n..."
         messages.append(
-            {"role": "assistant", "content": json.dumps(call.model_dump(), separators=(", ", ": "))}
+            {
+                "role": "assistant",
+                "content": json.dumps(call.model_dump(exclude_defaults=True), separators=(", ", ": ")),
+            }
         )
-        messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {result}"})
-    notes = "\n".join(axis_note(a, quality[a]) for a in aliases)
-    scores = {a: -round(1.0 / quality[a].quality - 1.0, 1) for a in aliases}  # minus the penalty of the note
+        messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
+    notes = "\n".join(candidate_note(a, e) for a, e in found.items())
     messages.append({"role": "assistant", "content": f"{notes}\n{json.dumps({'scores': scores})}"})
-    return Transcript(group.group_id, messages, aliases, tiers)
+    return Transcript(group.group_id, messages, aliases, tiers, oracle_tau)
 
 
 def render(transcript: Transcript, tokenizer: PreTrainedTokenizerBase) -> str:
