@@ -96,3 +96,25 @@ def test_sandbox_backend_settings_in_the_environment_do_not_break_the_config(con
     monkeypatch.setenv("GAGAR_SANDBOX__WORK_ROOT", "/tmp")
     monkeypatch.setenv("GAGAR_SANDBOX__WORKERS", "1")
     assert load_config(config_file).sandbox.workers == 1
+
+
+def test_a_step_with_the_tool_loop_agent_records_every_turn(config_file, tmp_path):
+    # The tool loop's RUN_TESTS use the sandbox while the batch is sampled, so the step evaluates
+    # the batch after generation rather than beside it; a whole step must still go through.
+    result = CliRunner().invoke(
+        app,
+        ["train", "--config", str(config_file), "--steps", "1", "--agent", "tool-loop", "--max-turns", "3"],
+    )
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert row["rollout/trajectories"] == row["sampling/trajectories_generated"] > 0
+    assert 1.0 <= row["rollout/turns_mean"] <= 3.0
+    step_dir = run / "steps" / "step-000000"
+    trajectories = [
+        json.loads(line)
+        for f in sorted(step_dir.glob("trajectories-*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
+    assert trajectories
+    assert all(1 <= t["turns"] <= 3 for t in trajectories)
