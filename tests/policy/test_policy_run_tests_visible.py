@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from gagar.policy.agent import AgentSettings
-from gagar.policy.generation import Sample
 from gagar.policy.tokenizer import train_tokenizer
+from gagar.policy.tool_demos import ReplayBackend
 from gagar.policy.tool_loop import run_tool_loops
 from gagar.policy.visible_tests import VisibleTests, run_report
 from gagar.sandbox.base import Prediction
@@ -65,21 +64,6 @@ HIDDEN_ONLY = _edit("return a - b", "return 5")  # add(2, 3) == 5, add(4, 0) != 
 VISIBLE_ONLY = _edit("return 5", "return abs(a - b)")  # add(4, 0) == 4, add(2, 3) != 5
 
 
-class Script:
-    def __init__(self, tokenizer, replies: list[str]) -> None:
-        self.tokenizer, self.replies = tokenizer, list(replies)
-        self.stop_token_ids = (tokenizer.eos_token_id,)
-
-    def generate(
-        self, prompts: Sequence[list[int]], params: SamplingParams, n: int = 1
-    ) -> list[list[Sample]]:
-        ids = [
-            *self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False),
-            self.tokenizer.eos_token_id,
-        ]
-        return [[Sample(ids, [-0.1] * len(ids), "stop")]]
-
-
 class Recording:
     """The real sandbox, remembering every job it was given."""
 
@@ -103,7 +87,7 @@ def test_the_agent_only_ever_sees_the_visible_tests(sandbox) -> None:
     task = _task()
     tokenizer = train_tokenizer([*task.snapshot.values(), task.test_patch, HIDDEN_ONLY, VISIBLE_ONLY], 400)
     recording = Recording(sandbox)
-    script = Script(tokenizer, [HIDDEN_ONLY, "RUN_TESTS", VISIBLE_ONLY, "RUN_TESTS", "SUBMIT"])
+    script = ReplayBackend(tokenizer, [HIDDEN_ONLY, "RUN_TESTS", VISIBLE_ONLY, "RUN_TESTS", "SUBMIT"])
     [t] = run_tool_loops(
         [(task, "t0", "g")], script, tokenizer, SamplingParams(), AgentSettings(), VisibleTests(recording)
     )

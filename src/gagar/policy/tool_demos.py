@@ -37,7 +37,7 @@ from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams
 from gagar.tasks.diffs import make_diff
 
-__all__ = ["demo_script", "passing_report", "tool_loop_demos"]
+__all__ = ["ReplayBackend", "demo_script", "passing_report", "tool_loop_demos"]
 
 
 def passing_report(task: Task, max_chars: int) -> str:
@@ -94,7 +94,7 @@ def demo_script(
     return [*script, f"EDIT\n{demo.answer}", "RUN_TESTS", "SUBMIT"]
 
 
-class _Replay:
+class ReplayBackend:
     """A generation backend replying with one script's turns, in order (log-probs 0: not sampled)."""
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, script: list[str]) -> None:
@@ -142,7 +142,8 @@ def tool_loop_demos(
         job = (demo.task, demo.task.instance_id, demo.task.instance_id)
         try:
             [t] = run_tool_loops(
-                [job], _Replay(tokenizer, script), tokenizer, SamplingParams(max_new_tokens=agent.max_tokens),
+                [job], ReplayBackend(tokenizer, script), tokenizer,
+                SamplingParams(max_new_tokens=agent.max_tokens),
                 loop, lambda jobs: [passing_report(task, agent.max_tool_chars) for task, _ in jobs],
             )  # fmt: skip
         except ValueError:
