@@ -225,8 +225,9 @@ def test_hardened_pods_sandbox_account_and_s3_repository() -> None:
     pods = {
         p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"] for p in pod_manifests(manifest)
     }
-    assert pods["sandbox"]["serviceAccountName"] == "sandboxer"
-    assert {p["serviceAccountName"] for n, p in pods.items() if n != "sandbox"} == {"runner"}
+    # the tool-loop agent's RUN_TESTS start sandbox pods from the rollout stage
+    assert {n for n, p in pods.items() if p["serviceAccountName"] == "sandboxer"} == {"sandbox", "rollout"}
+    assert {p["serviceAccountName"] for n, p in pods.items() if n not in ("sandbox", "rollout")} == {"runner"}
     for pod in pods.values():
         assert pod["containers"][0]["securityContext"] == CONTAINER_SECURITY_CONTEXT
         assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]

@@ -44,6 +44,7 @@ __all__ = [
     "API_VERSION",
     "CONTAINER_SECURITY_CONTEXT",
     "POD_SECURITY_CONTEXT",
+    "SANDBOX_POD_STAGES",
     "ArgoOptions",
     "CronSchedule",
     "build_cron_workflow",
@@ -71,6 +72,10 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 """Container security context of every stage container; ``/tmp`` is a writable emptyDir."""
+SANDBOX_POD_STAGES = ("sandbox", "rollout")
+"""Stages that start pods in the sandbox namespace: the judge's evaluations, and the tool-loop agent's
+RUN_TESTS of the visible tests during rollout (``agent`` is a run parameter, so the rollout always gets
+the account)."""
 _STORE_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
 
@@ -86,7 +91,8 @@ class ArgoOptions:
     service_account: str | None = "gagar-runner"
     """ServiceAccount of the stage pods (the chart's ``<release>-runner``); None: the namespace default."""
     sandbox_service_account: str | None = "gagar-runner"
-    """ServiceAccount of the sandbox stage: the one bound to the sandbox namespace's pod Role."""
+    """ServiceAccount of the stages that start sandbox pods (:data:`SANDBOX_POD_STAGES`): the one bound
+    to the sandbox namespace's pod Role."""
     artifact_repository: tuple[str, str] | None = ("gagar-argo-artifacts", "s3")
     """``(ConfigMap, key)`` of the S3 artifact repository; None uses the namespace's default one."""
     parameters: tuple[tuple[str, str], ...] = ()
@@ -214,7 +220,7 @@ def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOption
             "retryPolicy": "OnError",
             "backoff": {"duration": "30s", "factor": "2"},
         }
-    if spec.name == "sandbox" and argo.sandbox_service_account:
+    if spec.name in SANDBOX_POD_STAGES and argo.sandbox_service_account:
         template["serviceAccountName"] = argo.sandbox_service_account
     return template
 
