@@ -206,25 +206,18 @@ def train_run(
 def _evaluate(
     config: ExperimentConfig, policy: Path, arm: str, seed: int | None, progress: bool
 ) -> EvalSummary:
-    out = config.eval_dir(arm, seed)
-    done = read_summary(out)
-    if done is not None:
-        return done
-    sandbox = config.sandbox
-    summary = evaluate_policy(
+    """The final held-out evaluation of ``policy`` (done once)."""
+    return _held_out(
+        config,
+        config.eval_dir(arm, seed),
+        {"kind": "eval", "arm": arm, "seed": seed},
+        progress,
         policy=policy,
-        tasks=config.heldout_tasks,
         settings=config.evaluation,
-        out=out,
         arm=arm,
         seed=seed,
         sampling_seed=config.evaluation.seed_offset + (config.seeds[0] if seed is None else seed),
-        sandbox=sandbox.backend,
-        workers=sandbox.workers,
-        progress=progress,
     )
-    _append(config.out_dir / TIMING, {"kind": "eval", "arm": arm, "seed": seed, "seconds": summary.seconds})
-    return summary
 
 
 def _greedy(
@@ -237,34 +230,43 @@ def _greedy(
 ) -> EvalSummary:
     """The greedy held-out evaluation of ``policy`` after ``updates`` updates (done once), compared with
     the start's greedy answers."""
-    out = config.greedy_dir(arm, seed, updates)
-    done = read_summary(out)
-    if done is not None:
-        return done
-    start_dir = config.greedy_dir("sft", None, 0)
-    start = None if arm == "sft" else read_trajectories(start_dir)
+    start = None if arm == "sft" else read_trajectories(config.greedy_dir("sft", None, 0))
     settings = config.evaluation.model_copy(
         update={"samples_per_task": 1, "temperature": 1.0, "top_p": GREEDY_TOP_P}
     )
-    summary = evaluate_policy(
+    return _held_out(
+        config,
+        config.greedy_dir(arm, seed, updates),
+        {"kind": "greedy_eval", "arm": arm, "seed": seed, "updates": updates},
+        progress,
         policy=policy,
-        tasks=config.heldout_tasks,
         settings=settings,
-        out=out,
         arm=arm,
         seed=seed,
         sampling_seed=config.evaluation.seed_offset,
-        sandbox=config.sandbox.backend,
-        workers=config.sandbox.workers,
-        progress=progress,
         max_tasks=config.greedy_eval.tasks,
         updates=updates,
         start=start,
     )
-    _append(
-        config.out_dir / TIMING,
-        {"kind": "greedy_eval", "arm": arm, "seed": seed, "updates": updates, "seconds": summary.seconds},
+
+
+def _held_out(
+    config: ExperimentConfig, out: Path, timing: dict[str, Any], progress: bool, **how: Any
+) -> EvalSummary:
+    """``evaluate_policy`` on the held-out tasks into ``out``, unless a summary is there already; the
+    seconds it took are appended to the timing file under ``timing``'s keys."""
+    done = read_summary(out)
+    if done is not None:
+        return done
+    summary = evaluate_policy(
+        tasks=config.heldout_tasks,
+        out=out,
+        sandbox=config.sandbox.backend,
+        workers=config.sandbox.workers,
+        progress=progress,
+        **how,
     )
+    _append(config.out_dir / TIMING, {**timing, "seconds": summary.seconds})
     return summary
 
 
