@@ -41,6 +41,9 @@ def sft(
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    min_candidates: int | None = typer.Option(
+        None, min=2, max=5, help="Smallest noise group, each of 2..5 candidates (default: llm 2, learned 5)."
+    ),
     hack_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Share of groups given a hack candidate (default: llm 0.3, learned 0)."
     ),
@@ -58,7 +61,10 @@ def sft(
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
     try:
-        groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
+        smallest = min_candidates if min_candidates else (2 if kind is GraderSFTKind.LLM else None)
+        groups = load_labelled_groups(
+            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates=smallest
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     share = hack_share if hack_share is not None else (0.3 if kind is GraderSFTKind.LLM else 0.0)
@@ -103,6 +109,9 @@ def eval_(
         3, min=0, help="Noise groups built per task (0: rollout groups only)."
     ),
     hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
+    min_candidates: int | None = typer.Option(
+        None, min=2, max=5, help="Smallest noise group; each draws min..5 candidates (default: 5 each)."
+    ),
     limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
     reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),
     markdown: bool = typer.Option(False, "--markdown", help="Print a row of docs/grader.md's table."),
@@ -114,7 +123,9 @@ def eval_(
     from gagar.grader.sft import evaluate, load_labelled_groups, with_hacks
 
     try:
-        groups = load_labelled_groups(tasks, trajectories, results, judgements, groups_per_task, seed)
+        groups = load_labelled_groups(
+            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates=min_candidates
+        )
         chosen = make_grader(
             grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
             max_steps=max_steps, timeout_s=timeout, max_tokens=max_tokens,

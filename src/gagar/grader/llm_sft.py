@@ -71,7 +71,7 @@ transcripts are long and regular, so a small vocabulary, the policy's width with
 loss on the assistant turns only (the output layer then runs on a fifth of the tokens)."""
 
 PRETRAINED_GRADER_DEFAULTS: dict[str, Any] = {
-    "steps": 60,
+    "steps": 80,
     "batch_size": 2,
     "lr": 1e-3,
     "warmup_steps": 5,
@@ -83,8 +83,10 @@ PRETRAINED_GRADER_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 10,
     "lora": LoraSettings(enabled=True, rank=16, alpha=32.0),
 }
-"""Fine-tuning a pretrained grader (SmolLM2-135M-Instruct): a LoRA adapter and few small steps (its
-forward and backward ran at about 20 tokens/s on one busy core, docs/grader.md)."""
+"""Fine-tuning a pretrained grader (SmolLM2-135M-Instruct): a LoRA adapter and 160 transcripts of about
+1,050 tokens, 41 minutes on one core of the shared 2-core machine. A pretrained model already copies
+from its context, which is all the teacher's notes ask; with these settings it ranks the held-out
+groups at Kendall tau 1.0 without a fallback (docs/grader.md)."""
 
 
 def grader_sft_config(init_policy: str | None = None, full: bool = False, **overrides: Any) -> SFTConfig:

@@ -85,19 +85,28 @@ def _ladder(task: Task, size: int, rng: random.Random, with_gold: bool) -> list[
 
 
 def noise_groups(
-    tasks: Sequence[Task], groups_per_task: int = 3, size: int = 5, seed: int = 0, gold_share: float = 0.7
+    tasks: Sequence[Task],
+    groups_per_task: int = 3,
+    size: int = 5,
+    seed: int = 0,
+    gold_share: float = 0.7,
+    min_size: int | None = None,
 ) -> list[LabelledGroup]:
     """Groups of oracle-labelled catalogue candidates spanning ``size`` quality levels where the task allows:
     the gold patch (in a ``gold_share`` of groups) and variants carrying more and more unnecessary
-    modifications (see :func:`_ladder`).
+    modifications (see :func:`_ladder`). With ``min_size`` each group draws its size from
+    ``min_size..size``, as real rollout groups vary in how many of their answers pass.
 
     Candidate ids are ``<group>/c<i>`` in a shuffled order, so position says nothing about quality.
     """
+    if min_size is not None and not 2 <= min_size <= size:
+        raise ValueError(f"min_size must be between 2 and size={size}, got {min_size}")
     out = []
     for task in tasks:
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
-            patches = list(dict.fromkeys(_ladder(task, size, rng, rng.random() < gold_share)))
+            n = size if min_size is None else rng.randint(min_size, size)
+            patches = list(dict.fromkeys(_ladder(task, n, rng, rng.random() < gold_share)))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
@@ -322,6 +331,7 @@ def load_labelled_groups(
     judgements_path: Path | None = None,
     groups_per_task: int = 3,
     seed: int = 0,
+    min_candidates: int | None = None,
 ) -> list[LabelledGroup]:
     """Noise groups of every task with a bundled snapshot, plus rollout groups when trajectories and
     results are given (labelled by the judgements file when given, else by the oracle).
@@ -330,7 +340,9 @@ def load_labelled_groups(
         ValueError: if only one of trajectories/results is given, or nothing can be labelled.
     """
     tasks = read_records(tasks_path, Task)
-    groups = noise_groups([t for t in tasks if t.snapshot is not None], groups_per_task, seed=seed)
+    groups = noise_groups(
+        [t for t in tasks if t.snapshot is not None], groups_per_task, seed=seed, min_size=min_candidates
+    )
     if (trajectories_path is None) != (results_path is None):
         raise ValueError("rollout groups need both --trajectories and --results")
     if trajectories_path is not None and results_path is not None:
