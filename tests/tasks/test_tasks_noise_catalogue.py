@@ -81,7 +81,7 @@ def test_grader_training_groups_can_vary_in_size_like_rollout_groups() -> None:
     varied = noise_groups(TASKS, groups_per_task=3, seed=5, min_size=2)
     assert {len(g.candidates) for g in fixed} == {5}
     sizes = [len(g.candidates) for g in varied]
-    assert min(sizes) == 2 and max(sizes) == 5 and all(2 <= n <= 5 for n in sizes)
+    assert (min(sizes), max(sizes)) == (2, 5)
     assert all(len(set(g.labels.values())) == len(g.candidates) for g in varied)  # every level distinct
     with pytest.raises(ValueError, match="min_size"):
         noise_groups(TASKS, min_size=1)
