@@ -189,3 +189,40 @@ def test_a_conversation_near_its_budget_asks_for_no_more(tasks, tokenizer) -> No
     assert backend.caps[0] == (2, 64)
     assert any(n == 1 and cap < 64 for n, cap in backend.caps)  # the long one's own, shorter call
     assert all(t.n_prompt_tokens + t.n_response_tokens <= 420 for t in out)
+
+
+class _ByTaskBackend:
+    """Each conversation replies with the next line of its task's script; one tick of the clock a call."""
+
+    def __init__(self, tokenizer, scripts: dict[str, list[str]], tasks) -> None:
+        self.tokenizer, self.now, self.calls = tokenizer, 0.0, []
+        self.stop_token_ids = (tokenizer.eos_token_id,)
+        self.scripts = {t.problem_statement.splitlines()[0]: list(scripts[t.instance_id]) for t in tasks}
+
+    def generate(self, prompts, params, n=1):
+        self.calls.append(len(prompts))
+        self.now += 1.0
+        out = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            [script] = [s for title, s in self.scripts.items() if title in text]
+            eos = self.tokenizer.eos_token_id
+            ids = [*self.tokenizer.encode(script.pop(0), add_special_tokens=False), eos]
+            out.append([Sample(ids, [-0.25] * len(ids), "stop")])
+        return out
+
+
+def test_at_most_max_live_conversations_advance_and_each_clock_starts_when_it_joins(tasks, tokenizer) -> None:
+    a, b, c = tasks[:3]
+    scripts = {
+        a.instance_id: ["VIEW calc/ops.py", "SUBMIT"],
+        b.instance_id: ["SUBMIT"],
+        c.instance_id: ["VIEW calc/ops.py"] * 5,
+    }
+    backend = _ByTaskBackend(tokenizer, scripts, [a, b, c])
+    jobs = [(t, t.instance_id, "g") for t in (a, b, c)]
+    agent = AgentSettings(max_live=2, max_seconds=1.5)
+    out = run_tool_loops(jobs, backend, tokenizer, SamplingParams(), agent, clock=lambda: backend.now)
+    # c waits for b's place, joins at t=1 and so may still sample at t=2 (a batch clock would stop it).
+    assert backend.calls == [2, 2, 1]
+    assert [(t.finish_reason, t.turns) for t in out] == [("submit", 2), ("submit", 1), ("time", 2)]

@@ -31,6 +31,13 @@ MAX_TOKENS_OPTION = typer.Option(
 MAX_SECONDS_OPTION = typer.Option(
     600.0, "--max-trajectory-seconds", min=0.001, help="Tool loop: wall-clock budget of a conversation."
 )
+MAX_LIVE_OPTION = typer.Option(
+    None,
+    "--max-live",
+    min=1,
+    help="Tool loop: most conversations advancing together; the rest wait, their clock not started "
+    "(default: all).",
+)
 SANDBOX_OPTION = typer.Option(
     BackendName.LOCAL, "--sandbox", help="Where the tool loop's RUN_TESTS run (visible tests only)."
 )
@@ -156,14 +163,16 @@ def evaluate(
     max_turns: int = MAX_TURNS_OPTION,
     max_trajectory_tokens: int = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
+    max_live: int | None = MAX_LIVE_OPTION,
 ) -> None:
     """Parse rate, pass@1, clean fixes, turns, tokens and tool use, each patch run in the sandbox."""
     from gagar.experiment.config import EvalSettings
     from gagar.experiment.evaluation import evaluate_policy
 
     agent_settings = AgentSettings(
-        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds
-    )
+        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
+        max_live=max_live,
+    )  # fmt: skip
     settings = EvalSettings(
         samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens, agent=agent_settings
     )
@@ -227,14 +236,16 @@ def rollout(
     max_turns: int = MAX_TURNS_OPTION,
     max_trajectory_tokens: int = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
+    max_live: int | None = MAX_LIVE_OPTION,
     sandbox: BackendName = SANDBOX_OPTION,
 ) -> None:
     """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
     from gagar.stages import rollout_stage
 
     settings = AgentSettings(
-        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds
-    )
+        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
+        max_live=max_live,
+    )  # fmt: skip
     metrics = rollout_stage(
         policy=policy, tasks=tasks, out=out, step=step, groups=groups, group_size=group_size, seed=seed,
         temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, backend=backend.value,

@@ -123,6 +123,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("max_turns", int, 8, "rollout.agent.max_turns"),
     Parameter("max_trajectory_tokens", int, 2048, "rollout.agent.max_tokens"),
     Parameter("max_trajectory_seconds", float, 600.0, "rollout.agent.max_seconds"),
+    Parameter("max_live_conversations", int, 0, "rollout.agent.max_live", "0: the whole generation batch."),
     Parameter("rollout_backend", str, "hf", "rollout.backend"),
     Parameter(
         "policy_endpoint",
@@ -201,6 +202,7 @@ RL_STEP: tuple[Stage, ...] = (
             ("max_turns", "max_turns"),
             ("max_trajectory_tokens", "max_trajectory_tokens"),
             ("max_trajectory_seconds", "max_trajectory_seconds"),
+            ("max_live_conversations", "max_live_conversations"),
             ("sandbox", "sandbox_backend"),
             ("sandbox_workers", "sandbox_workers"),
         ),

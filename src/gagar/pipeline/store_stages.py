@@ -121,13 +121,15 @@ def rollout(
     max_turns: int = 8,
     max_trajectory_tokens: int = 2048,
     max_trajectory_seconds: float = 600.0,
+    max_live_conversations: int = 0,
     sandbox: str = "local",
     sandbox_workers: int = 0,
     **options: Any,
 ) -> dict[str, float]:
     """Download the policy and sample generation batch ``gen_batch`` of ``step`` into ``trajectories``
     with ``agent`` (the tool loop bounded by ``max_turns`` and the trajectory budgets, ``0`` seconds:
-    none, its RUN_TESTS in the ``sandbox`` backend).
+    none, at most ``max_live_conversations`` advancing together, ``0``: all, its RUN_TESTS in the
+    ``sandbox`` backend).
 
     With ``backend`` ``server`` the warm policy server at ``endpoint`` samples: it is first made to
     serve the step's version (:func:`served_version`; the adapter read from ``adapters_dir``, empty:
@@ -139,7 +141,7 @@ def rollout(
 
     settings = AgentSettings(
         kind=AgentKind(agent), max_turns=max_turns, max_tokens=max_trajectory_tokens,
-        max_seconds=unset(max_trajectory_seconds),
+        max_seconds=unset(max_trajectory_seconds), max_live=unset(max_live_conversations),
     )  # fmt: skip
     metrics: dict[str, float] = {}
     model_name = None

@@ -23,9 +23,10 @@ output and chat scaffolding (whose ``old_logprobs`` are 0.0), ``tool_calls`` the
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -304,9 +305,13 @@ def run_tool_loops(
 ) -> list[Trajectory]:
     """One multi-turn trajectory per ``(task, trajectory_id, group_id)`` job, in job order.
 
-    Turn ``t`` is one engine call for every live conversation, seeded ``params.seed + 10_007 * t``
-    when a seed is set. ``params.max_new_tokens`` bounds one turn; ``agent`` bounds the conversation.
-    Without ``run_tests``, RUN_TESTS answers that no test runner is available.
+    Each engine call advances every live conversation by one turn; call ``k`` is seeded
+    ``params.seed + 10_007 * k`` when a seed is set. At most ``agent.max_live`` conversations are
+    live at once: the others wait in job order and join as conversations end, and a conversation's
+    wall-clock budget (``agent.max_seconds``) counts from its first engine call. With every
+    conversation live (the default), call ``k`` is everyone's turn ``k``.
+    ``params.max_new_tokens`` bounds one turn; ``agent`` bounds the conversation. Without
+    ``run_tests``, RUN_TESTS answers that no test runner is available.
 
     Raises:
         ValueError: a task without a snapshot, a first prompt over ``agent.max_tokens``, or a chat
@@ -316,19 +321,30 @@ def run_tool_loops(
         check_append_only(tokenizer, jobs[0][0])
     convs = [_start(task, tid, gid, tokenizer, agent) for task, tid, gid in jobs]
     stops = set(backend.stop_token_ids)
-    deadline = None if agent.max_seconds is None else clock() + agent.max_seconds
-    for turn in range(agent.max_turns):
-        live = [c for c in convs if c.finish is None]
-        if not live:
-            break
-        if deadline is not None and clock() >= deadline:
-            for c in live:
+    waiting = deque(convs)
+    live: list[_Conversation] = []
+    deadlines: dict[int, float] = {}
+    for call in itertools.count():
+        while waiting and (agent.max_live is None or len(live) < agent.max_live):
+            c = waiting.popleft()
+            live.append(c)
+            if agent.max_seconds is not None:
+                deadlines[id(c)] = clock() + agent.max_seconds
+        now = clock() if deadlines else 0.0
+        for c in live:
+            if c.turns >= agent.max_turns:
+                c.finish = "max_turns"
+            elif id(c) in deadlines and now >= deadlines[id(c)]:
                 c.finish = "time"
+        live = [c for c in live if c.finish is None]
+        if not live:
+            if waiting:
+                continue
             break
-        turn_params = (
-            params if params.seed is None else params.model_copy(update={"seed": params.seed + 10_007 * turn})
+        call_params = (
+            params if params.seed is None else params.model_copy(update={"seed": params.seed + 10_007 * call})
         )
-        samples = _sample_turn(backend, live, turn_params, agent.max_tokens)
+        samples = _sample_turn(backend, live, call_params, agent.max_tokens)
         testing: list[_Conversation] = []
         answered: list[tuple[_Conversation, str]] = []
         for c, sample in zip(live, samples, strict=True):
@@ -354,9 +370,7 @@ def run_tool_loops(
         answered += zip(testing, reports, strict=True)
         for c, answer in answered:
             _answer(c, answer, tokenizer, agent.max_tokens)
-    for c in convs:
-        if c.finish is None:
-            c.finish = "max_turns"
+        live = [c for c in live if c.finish is None]
     return [_trajectory(c, tokenizer, step, params, policy_version) for c in convs]
 
 

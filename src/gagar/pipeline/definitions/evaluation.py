@@ -38,6 +38,7 @@ def build(options: PlatformOptions | None = None) -> Any:
         max_turns: int = 8,
         max_trajectory_tokens: int = 2048,
         max_trajectory_seconds: float = 600.0,
+        max_live_conversations: int = 0,
     ):
         start = prepare(storage=storage, model=model, tasks_uri=tasks)
         sampled = rollout(
@@ -56,6 +57,7 @@ def build(options: PlatformOptions | None = None) -> Any:
             max_turns=max_turns,
             max_trajectory_tokens=max_trajectory_tokens,
             max_trajectory_seconds=max_trajectory_seconds,
+            max_live_conversations=max_live_conversations,
             sandbox=sandbox_backend,
             sandbox_workers=sandbox_workers,
         )

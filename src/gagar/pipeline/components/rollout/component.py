@@ -29,6 +29,7 @@ def rollout(
     max_turns: int = 8,
     max_trajectory_tokens: int = 2048,
     max_trajectory_seconds: float = 600.0,
+    max_live_conversations: int = 0,
     sandbox: str = "kubernetes",
     sandbox_workers: int = 0,
 ):
@@ -57,6 +58,7 @@ def rollout(
         max_turns: the tool loop's most assistant turns.
         max_trajectory_tokens: the tool loop's most tokens of a conversation (prompt included).
         max_trajectory_seconds: the tool loop's wall-clock budget of a conversation; 0: none.
+        max_live_conversations: most conversations advancing together (the rest wait); 0: all.
         sandbox: where the tool loop's RUN_TESTS run the repository's own tests (never the judge's).
         sandbox_workers: parallel RUN_TESTS evaluations; 0: every core.
     """
@@ -85,6 +87,7 @@ def rollout(
             max_turns=max_turns,
             max_trajectory_tokens=max_trajectory_tokens,
             max_trajectory_seconds=max_trajectory_seconds,
+            max_live_conversations=max_live_conversations,
             sandbox=sandbox,
             sandbox_workers=sandbox_workers,
         ),
