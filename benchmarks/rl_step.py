@@ -1,9 +1,10 @@
 """One RL step of the embedded default, by stage, against the step's floor measured in the same run.
 
 The step (16 tasks x 8 samples by default, one generation batch, every mixed group trained on) runs
-twice: as ``gagar train`` (the in-process loop, its own process, start-up included) and as
-``gagar run`` (the kfp.local pipeline: one process per task). Then its floor, in this process, on
-what the in-process step produced:
+three times: as ``gagar train`` (the in-process loop, its own process, start-up included) and as
+``gagar run`` (the kfp.local pipeline: one process per task), with warm stages (each stage function
+in a fork of one pre-imported interpreter, the default) and cold (each in its task's own process).
+Then its floor, in this process, on what the in-process step produced:
 
 - generation: the same prompts through the same engine in the same calls with the same sampling
   seeds (so the same tokens), nothing around them (no prompt building, parsing, records or sandbox
@@ -108,11 +109,13 @@ def run_in_process(args: argparse.Namespace, work: Path, policy: Path, tasks: Pa
     return {"wall_s": wall, "cpu_s": cpu, "metrics": metrics, "step_dir": run_dir / "steps" / "step-000000"}
 
 
-def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> dict[str, Any]:
-    """``gagar run`` for one step through kfp.local, same settings; wall time and stage seconds."""
+def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path, warm: bool) -> dict[str, Any]:
+    """``gagar run`` for one step through kfp.local, same settings, with warm stages (the default:
+    each stage function in a fork of a pre-imported interpreter) or cold (each task's own process,
+    as in a cluster); wall time and stage seconds."""
     from gagar.pipeline.local import run_local
 
-    out = work / "kfp"
+    out = work / ("kfp" if warm else "kfp-cold")
     arguments = {
         "model": str(policy.resolve()),
         "tasks": str(tasks.resolve()),
@@ -127,18 +130,19 @@ def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path) -> 
         "sandbox_backend": "local",
         "pushgateway": "",
     }
-    with open(work / "kfp.log", "w") as log:
+    log_path = out.with_suffix(".log")
+    with open(log_path, "w") as log:
         saved = os.dup(1), os.dup(2)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         try:
-            result = run_local(arguments, out=out, steps=1, max_gen_batches=1)  # as the in-process step
+            result = run_local(arguments, out=out, steps=1, max_gen_batches=1, warm=warm)  # one step
         finally:
             for fd, target in zip(saved, (1, 2), strict=True):
                 os.dup2(fd, target)
                 os.close(fd)
     now = time.localtime()
-    walls = task_walls(work / "kfp.log", now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)
+    walls = task_walls(log_path, now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)
     return {
         "wall_s": result.wall_s,
         "metrics": result.steps[-1],
@@ -344,7 +348,7 @@ def main() -> None:
         args.policy = args.policy or embedded.policy
         args.rl_tasks = args.rl_tasks or embedded.rl_tasks
     args.policy, args.rl_tasks = args.policy.resolve(), args.rl_tasks.resolve()
-    for sub in ("train", "kfp"):
+    for sub in ("train", "kfp", "kfp-cold"):
         subprocess.run(["rm", "-rf", str(work / sub)], check=True)
 
     report: dict[str, Any] = {"load_before": _load(), "settings": vars(args) | {"cores": os.cpu_count()}}
@@ -396,24 +400,25 @@ def main() -> None:
         "update": update | {"tokens_per_s": update["tokens"] / update["seconds"]},
     }
     if not args.skip_kfp:
-        kfp = run_kfp(args, work, args.policy, args.rl_tasks)
-        report["load_after_kfp"] = _load()
-        report["kfp_local"] = {
-            "wall_s": kfp["wall_s"],
-            "stages_s": breakdown(kfp["metrics"], kfp["wall_s"]),
-            "orchestration_share": kfp["overhead_share"],
-            "step_over_floor": kfp["wall_s"] / floor_s,
-            "step_over_tight_floor": kfp["wall_s"] / tight_s,
-            "task_walls_s": kfp["task_walls_s"],
-            "startup_probe_s": {
-                "python + kfp executor": import_seconds("import kfp.dsl.executor_main"),
-                "+ gagar.pipeline.store_stages": import_seconds(
-                    "import kfp.dsl.executor_main, gagar.pipeline.store_stages"
-                ),
-                "+ torch, transformers (rollout, train)": import_seconds(
-                    "import kfp.dsl.executor_main, gagar.pipeline.store_stages, torch, transformers"
-                ),
-            },
+        for key, warm in (("kfp_local", True), ("kfp_local_cold", False)):
+            kfp = run_kfp(args, work, args.policy, args.rl_tasks, warm)
+            report["load_after_kfp"] = _load()
+            report[key] = {
+                "wall_s": kfp["wall_s"],
+                "stages_s": breakdown(kfp["metrics"], kfp["wall_s"]),
+                "orchestration_share": kfp["overhead_share"],
+                "step_over_floor": kfp["wall_s"] / floor_s,
+                "step_over_tight_floor": kfp["wall_s"] / tight_s,
+                "task_walls_s": kfp["task_walls_s"],
+            }
+        report["kfp_local"]["startup_probe_s"] = {
+            "python + kfp executor": import_seconds("import kfp.dsl.executor_main"),
+            "+ gagar.pipeline.store_stages": import_seconds(
+                "import kfp.dsl.executor_main, gagar.pipeline.store_stages"
+            ),
+            "+ torch, transformers (a cold rollout or train)": import_seconds(
+                "import kfp.dsl.executor_main, gagar.pipeline.store_stages, torch, transformers"
+            ),
         }
     print_report(report)
     if args.json is not None:
@@ -456,19 +461,20 @@ def print_report(r: dict[str, Any]) -> None:
         f"CPU seconds (less load-bound): step {ip['cpu_s']:.1f} (start-up included), tight floor "
         f"{f['tight_cpu_s']:.1f}: ratio {ip['cpu_over_tight_floor_cpu']:.2f}"
     )
-    if "kfp_local" in r:
-        k = r["kfp_local"]
+    for key, label in (("kfp_local", "warm stages, the default"), ("kfp_local_cold", "cold stages")):
+        if key not in r:
+            continue
+        k = r[key]
         print(
-            f"gagar run (kfp.local): step / floor = {k['step_over_floor']:.2f} "
-            f"({k['step_over_tight_floor']:.2f} tight), "
+            f"gagar run (kfp.local, {label}): step {k['wall_s']:.1f} s, step / floor = "
+            f"{k['step_over_floor']:.2f} ({k['step_over_tight_floor']:.2f} tight), "
             f"orchestration {k['orchestration_share']:.0%} of the step (target <= 10%)"
         )
-    if "kfp_local" in r:
-        k = r["kfp_local"]
         own = {name: k["stages_s"].get(name, 0.0) for name in k["task_walls_s"]}
         tasks = ", ".join(f"{n} {w:.1f} s ({w - own[n]:.1f} outside)" for n, w in k["task_walls_s"].items())
-        print(f"kfp.local tasks: {tasks}")
-        probe = ", ".join(f"{n} {v:.2f} s" for n, v in k["startup_probe_s"].items())
+        print(f"  tasks: {tasks}")
+    if "kfp_local" in r:
+        probe = ", ".join(f"{n} {v:.2f} s" for n, v in r["kfp_local"]["startup_probe_s"].items())
         print(f"a task's start-up: {probe}")
     print(f"load average: before {r['load_before']}, after {r.get('load_after_kfp', r['load_after_floor'])}")
 

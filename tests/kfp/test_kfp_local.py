@@ -63,3 +63,35 @@ def test_two_rl_steps_refill_publish_checkpoints_metrics_and_reports(
     assert len(rollouts) == 4  # two generation batches in each of two steps
     selected = [p for p in result.pipeline_root.rglob("trajectories") if "select" in str(p)]
     assert sorted(len(p.read_text().splitlines()) for p in selected) == [8, 8]
+
+
+def test_warm_and_cold_stages_run_the_same_step(inputs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Warm stages (each stage function in a fork of one pre-imported interpreter, the default) and
+    cold ones (each in its task's own process, as in a cluster) sample and train the same step."""
+    policy, tasks = inputs
+    runs = {}
+    for warm in (True, False):
+        arguments = {
+            "model": str(policy),
+            "tasks": str(tasks),
+            "storage": str(tmp_path / f"store-{warm}"),
+            "group_size": 2,
+            "train_batch_groups": 1,
+            "gen_batch_groups": 2,
+            "max_new_tokens": 16,
+            "minibatch_size": 4,
+            "sandbox_backend": "local",
+            "sandbox_workers": 2,
+        }
+        runs[warm] = run_local(arguments, out=tmp_path / f"out-{warm}", steps=1, max_gen_batches=1, warm=warm)
+    warm_row, cold_row = (
+        {k: v for k, v in runs[w].steps[0].items() if not k.startswith("perf/")} for w in (True, False)
+    )
+    assert warm_row.keys() == cold_row.keys()
+    assert warm_row["rollout/trajectories"] == cold_row["rollout/trajectories"] == 4.0
+
+    def sampled(run) -> list[str]:
+        [path] = [p for p in run.pipeline_root.rglob("trajectories") if "rollout" in str(p)]
+        return [line.split('"response_token_ids"')[1].split("]")[0] for line in path.read_text().splitlines()]
+
+    assert sampled(runs[True]) == sampled(runs[False])

@@ -44,6 +44,12 @@ def run(
     pushgateway: str = typer.Option("", "--pushgateway", help="Pushgateway URL for the step metrics."),
     agent: AgentKind = typer.Option(AgentKind.SINGLE, "--agent", help="single or tool-loop (multi-turn)."),
     max_turns: int = typer.Option(8, "--max-turns", min=1, help="Tool loop: most assistant turns."),
+    warm: bool = typer.Option(
+        True,
+        "--warm-stages/--cold-stages",
+        help="Run each task's stage function in a fork of one interpreter that imported torch and gagar "
+        "once (warm), or in the task's own fresh process (cold, as in a cluster).",
+    ),
     param: list[str] = typer.Option(
         [],
         "--param",
@@ -90,7 +96,7 @@ def run(
         "max_turns": max_turns,
         **extra,
     }
-    result = run_local(arguments, out=out, steps=steps, max_gen_batches=max_gen_batches)
+    result = run_local(arguments, out=out, steps=steps, max_gen_batches=max_gen_batches, warm=warm)
     for row in result.steps:
         typer.echo(
             f"step {row['step']:.0f}: resolved rate {row.get('rollout/resolved_rate', 0.0):.3f}, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from gagar.pipeline.build import build_pipeline
 from gagar.pipeline.platform import PlatformOptions
 from gagar.pipeline.store import normalise_storage, read_step_metrics
+from gagar.pipeline.warm_stages import warm_stages
 
 __all__ = ["STAGE_TIMERS", "ContainerSettings", "LocalRun", "run_local"]
 
@@ -98,13 +100,15 @@ def run_local(
     steps: int = 1,
     max_gen_batches: int | None = None,
     container: ContainerSettings | None = None,
+    warm: bool = True,
 ) -> LocalRun:
     """Run ``steps`` RL steps of the pipeline with ``arguments`` (its parameters) through ``kfp.local``,
     each drawing at most ``max_gen_batches`` generation batches (None: the pipeline's default).
 
     ``arguments["storage"]`` is made absolute. KFP logs each task's start, output and end to stdout.
     ``container``: run each task in its stage image (see the module docstring); None runs them as
-    local processes.
+    local processes, and with ``warm`` each task's stage function in a fork of one interpreter that
+    imported torch and gagar once (:mod:`gagar.pipeline.warm_stages`).
 
     Raises:
         RuntimeError: a task failed (KFP names it in the message).
@@ -120,11 +124,14 @@ def run_local(
     # kfp.local honours retries; a local failure is not transient, so fail at once.
     options = PlatformOptions(retries=0, image_variant=container.image_variant if container else None)
     pipeline = build_pipeline("rl", steps_per_run=steps, options=options, max_gen_batches=max_gen_batches)
-    start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
-        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
-        pipeline(**arguments)
-    wall = time.perf_counter() - start
+    with ExitStack() as stack:
+        if warm and container is None:
+            stack.enter_context(warm_stages())
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
+            warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+            pipeline(**arguments)
+        wall = time.perf_counter() - start
     rows = [row for row in read_step_metrics(arguments["storage"]) if row["step"] not in done]
     return LocalRun(wall_s=wall, steps=rows, pipeline_root=root)

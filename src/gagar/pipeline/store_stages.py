@@ -20,10 +20,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from gagar import stages
-from gagar.pipeline import store
-from gagar.pipeline.report import credit_table, merge_metrics, step_summary
+from gagar.pipeline.warm_stages import LazyModule, warm
 from gagar.scratch import scratch_root
+
+# Imported on first use: a task that hands its call to the warm stage server never needs them.
+stages = LazyModule("gagar.stages")
+store = LazyModule("gagar.pipeline.store")
+report = LazyModule("gagar.pipeline.report")
 
 __all__ = [
     "RL_STAGES",
@@ -73,6 +76,7 @@ def _timed(name: str, call: Callable[[], dict[str, float]]) -> dict[str, float]:
     return metrics
 
 
+@warm
 def prepare(*, storage: str, model: str, tasks_uri: str, tasks: str) -> store.StepStart:
     """Copy the tasks into ``tasks`` as JSONL (validated) and find the step's start in the store."""
     from gagar.records import write_records
@@ -105,6 +109,7 @@ ADAPTER_WAIT_S = 300.0
 """How long the rollout waits for the policy server to be able to load a freshly published adapter."""
 
 
+@warm
 def rollout(
     *,
     policy: str,
@@ -185,6 +190,7 @@ def rollout(
         )
 
 
+@warm
 def sandbox(*, tasks: str, trajectories: str, results: str, backend: str, workers: int) -> dict[str, float]:
     """Run every trajectory's tests (the fan-out over evaluations happens inside the stage)."""
     return _timed(
@@ -200,6 +206,7 @@ def sandbox(*, tasks: str, trajectories: str, results: str, backend: str, worker
     )
 
 
+@warm
 def gather(
     *,
     storage: str,
@@ -246,6 +253,7 @@ class GatherOutcome(NamedTuple):
 _SUMMED = ("perf/rollout_s", "perf/sandbox_s", "perf/adapter_swap_s")
 
 
+@warm
 def select(
     *,
     storage: str,
@@ -293,6 +301,7 @@ def select(
     return metrics
 
 
+@warm
 def grade(
     *,
     algo: str,
@@ -335,6 +344,7 @@ def grade(
         )
 
 
+@warm
 def redistribute(*, selection: str, grades: str, batch: str, credit: str, **options: Any) -> dict[str, float]:
     """Advantages of the grade stage's ``selection`` (``options`` as
     :func:`gagar.stages.redistribute_stage`) into ``batch``; writes the credit table as Markdown to
@@ -343,7 +353,7 @@ def redistribute(*, selection: str, grades: str, batch: str, credit: str, **opti
         "redistribute",
         lambda: stages.redistribute_stage(selection=selection, grades=grades, out=batch, **options),
     )
-    Path(credit).write_text(credit_table(batch), encoding="utf-8")
+    Path(credit).write_text(report.credit_table(batch), encoding="utf-8")
     return metrics
 
 
@@ -405,6 +415,7 @@ def update(
     return metrics
 
 
+@warm
 def train(
     *,
     storage: str,
@@ -480,11 +491,11 @@ def train(
             policy_version=version, strategy=strategy,
         )  # fmt: skip
     store.prune_checkpoints(storage, keep_checkpoints)
-    merged = {**merge_metrics([*upstream, metrics]), "step": float(step)}
+    merged = {**report.merge_metrics([*upstream, metrics]), "step": float(step)}
     store.write_step_metrics(storage, step, merged)
     if pushgateway:
         _push(pushgateway, storage, merged, _observations(results, grades))
-    Path(summary).write_text(step_summary(step, merged), encoding="utf-8")
+    Path(summary).write_text(report.step_summary(step, merged), encoding="utf-8")
     return metrics
 
 
@@ -586,6 +597,7 @@ def _push(
     push_step(url, "gagar-pipeline", collectors.registry, {"run": run})
 
 
+@warm
 def grader_sft(
     *,
     tasks: str,
@@ -620,6 +632,7 @@ def grader_sft(
     return _timed("grader_sft", run)
 
 
+@warm
 def evaluate(
     *, tasks: str, trajectories: str, results_out: str, backend: str, workers: int
 ) -> dict[str, float]:
