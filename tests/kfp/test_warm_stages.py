@@ -62,3 +62,15 @@ def test_without_a_server_a_warm_function_runs_here(monkeypatch) -> None:
     monkeypatch.setenv(ENV, "/nonexistent/stages.sock")
     with pytest.raises(WarmStageError, match="unreachable"):
         warm(os.getpid)()
+
+
+def test_the_fork_logs_as_the_caller_configured_its_root_logger(server: str) -> None:
+    script = (
+        "import logging, sys; from gagar.pipeline.warm_stages import call; "
+        "logging.basicConfig(stream=sys.stdout, format='[task %(levelname)s]: %(message)s', level=20); "
+        f"call({server!r}, 'logging', 'info', ('from the fork',), {{}})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == "[task INFO]: from the fork\n"

@@ -53,6 +53,9 @@ class LocalRun:
     """The stored metrics of each step this run completed."""
     pipeline_root: Path
     """Where the tasks' KFP artifacts are."""
+    warm_start_s: float = 0.0
+    """Seconds the warm stage server took to get ready, once for the run, before ``wall_s`` began
+    (0: cold stages)."""
 
     @property
     def stage_s(self) -> float:
@@ -71,8 +74,9 @@ class LocalRun:
 
     def summary(self) -> str:
         """One line: steps, wall time, stage time, overhead."""
+        warm = f" (after {self.warm_start_s:.1f} s starting the warm stages)" if self.warm_start_s else ""
         return (
-            f"{len(self.steps)} step(s) in {self.wall_s:.1f} s: stages {self.stage_s:.1f} s, "
+            f"{len(self.steps)} step(s) in {self.wall_s:.1f} s{warm}: stages {self.stage_s:.1f} s, "
             f"orchestration overhead {self.overhead_s:.1f} s ({self.overhead_share:.0%})"
         )
 
@@ -125,8 +129,10 @@ def run_local(
     options = PlatformOptions(retries=0, image_variant=container.image_variant if container else None)
     pipeline = build_pipeline("rl", steps_per_run=steps, options=options, max_gen_batches=max_gen_batches)
     with ExitStack() as stack:
+        start = time.perf_counter()
         if warm and container is None:
             stack.enter_context(warm_stages())
+        warm_start = time.perf_counter() - start
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
@@ -134,4 +140,4 @@ def run_local(
             pipeline(**arguments)
         wall = time.perf_counter() - start
     rows = [row for row in read_step_metrics(arguments["storage"]) if row["step"] not in done]
-    return LocalRun(wall_s=wall, steps=rows, pipeline_root=root)
+    return LocalRun(wall_s=wall, steps=rows, pipeline_root=root, warm_start_s=warm_start)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
 import os
 import pickle
 import signal
@@ -124,6 +125,7 @@ def call(address: str, module: str, name: str, args: Sequence[Any], kwargs: dict
             "kwargs": kwargs,
             "env": {k: v for k, v in os.environ.items() if k != ENV},
             "cwd": os.getcwd(),
+            "logging": _logging_of_this_process(),
         }
     )
     sys.stdout.flush()
@@ -146,6 +148,38 @@ def call(address: str, module: str, name: str, args: Sequence[Any], kwargs: dict
     raise value
 
 
+def _logging_of_this_process() -> dict[str, Any]:
+    """The root logger's level and its stream handlers (KFP's executor logs INFO to stdout)."""
+    root = logging.getLogger()
+    handlers = []
+    for handler in root.handlers:
+        stream = getattr(handler, "stream", None)
+        name = {sys.stdout: "stdout", sys.stderr: "stderr"}.get(stream) if stream is not None else None
+        if name is not None:
+            formatter = handler.formatter
+            handlers.append(
+                (
+                    name,
+                    handler.level,
+                    formatter._fmt if formatter else None,
+                    formatter.datefmt if formatter else None,
+                )
+            )
+    return {"level": root.level, "handlers": handlers}
+
+
+def _adopt_logging(setup: dict[str, Any]) -> None:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for name, level, fmt, datefmt in setup["handlers"]:
+        handler = logging.StreamHandler(getattr(sys, name))
+        handler.setLevel(level)
+        handler.setFormatter(logging.Formatter(fmt, datefmt))
+        root.addHandler(handler)
+    root.setLevel(setup["level"])
+
+
 def _answer(conn: socket.socket, ok: bool, value: Any, trace: str = "") -> None:
     try:
         payload = pickle.dumps((ok, value, trace))
@@ -165,6 +199,7 @@ def _run_child(conn: socket.socket) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    _adopt_logging(request["logging"])
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))  # torch read the server's value at import
