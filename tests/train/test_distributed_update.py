@@ -27,10 +27,12 @@ from gagar.schema.trajectory import Trajectory
 
 pytestmark = pytest.mark.slow
 
-TOLERANCE = 1e-6
+TOLERANCE = 3e-6
 """Largest absolute parameter difference allowed between 2 ranks and 1 process after one update
-(measured: 3.7e-7 with fsdp): the ranks sum their float32 partial gradients in another order than
-one process does."""
+(measured: 3.7e-7 with fsdp; 1.14e-6 with ddp and minibatches of 7 once the LM head ran only from
+each micro-batch's first response position, a window that differs between one rank's rows and all
+of them): the ranks sum their float32 partial gradients in another order than one process does.
+An update moves the weights by more than 100 times this."""
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ For response token t of trajectory i, with Â_i the trajectory's advantage broad
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -167,14 +168,33 @@ def _response_logits(
     if response_start.shape != (input_ids.shape[0],) or int(response_start.min()) < 1:
         raise ValueError("response_start must have shape (batch,) and values >= 1")
     seq_len = input_ids.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (batch, seq_len, vocab)
+    first = int(response_start.min()) - 1  # the first position whose logits score a response token
+    logits = _logits_from(model, input_ids, attention_mask, first)  # (batch, seq_len - first, vocab)
     offsets = torch.arange(response_len, device=input_ids.device)
     positions = response_start.to(input_ids.device)[:, None] + offsets[None, :]  # (batch, response_len)
     in_row = positions < seq_len
     positions = positions.clamp(max=seq_len - 1)
     valid = in_row & attention_mask.gather(1, positions).bool()
-    scoring = (positions - 1).unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # (batch, response_len, vocab)
+    scoring = (positions - 1 - first).unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     return logits.gather(1, scoring), input_ids.gather(1, positions), valid
+
+
+def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _logits_from(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: int
+) -> torch.Tensor:
+    """The logits at positions ``first`` … end: a Hugging Face causal LM computes only those
+    (``logits_to_keep``), sparing the LM head, the widest matrix of a small model, the prompt's positions."""
+    kept = input_ids.shape[1] - first
+    if _takes_logits_to_keep(model):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=kept).logits
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    return logits[:, -kept:] if logits.shape[1] != kept else logits
 
 
 def response_logprobs(
