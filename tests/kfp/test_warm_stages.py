@@ -74,3 +74,7 @@ def test_the_fork_logs_as_the_caller_configured_its_root_logger(server: str) -> 
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout == "[task INFO]: from the fork\n"
+
+
+def test_only_the_runs_user_can_reach_the_socket(server: str) -> None:
+    assert Path(server).parent.stat().st_mode & 0o077 == 0  # a call is a pickle: nobody else may send one

@@ -13,7 +13,8 @@ function and answers with its return value or its exception. The task then write
 if it had run the function itself.
 
 Only ``run_local`` without containers sets :data:`ENV`; in containers and on a cluster every task
-runs its function in its own process, as before.
+runs its function in its own process, as before. The calls are pickles, so the socket lies in a
+folder only the run's user can enter (``tempfile.TemporaryDirectory``: mode 0700).
 """
 
 from __future__ import annotations
