@@ -25,6 +25,7 @@ def test_fine_tune_defaults_are_lora_and_overridable() -> None:
     assert config.lora.enabled
     assert config.steps == PRETRAINED_DEFAULTS["steps"]
     assert config.prompt_loss_weight == 0.0
+    assert config.noise_share == PRETRAINED_DEFAULTS["noise_share"] > SFTConfig().noise_share
     full = SFTConfig.fine_tune("some/dir", lora=LoraSettings(enabled=False), steps=7)
     assert (full.lora.enabled, full.steps) == (False, 7)
 
