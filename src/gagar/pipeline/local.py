@@ -129,10 +129,11 @@ def run_local(
     options = PlatformOptions(retries=0, image_variant=container.image_variant if container else None)
     pipeline = build_pipeline("rl", steps_per_run=steps, options=options, max_gen_batches=max_gen_batches)
     with ExitStack() as stack:
-        start = time.perf_counter()
+        warm_start = 0.0
         if warm and container is None:
+            began = time.perf_counter()
             stack.enter_context(warm_stages())
-        warm_start = time.perf_counter() - start
+            warm_start = time.perf_counter() - began
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
