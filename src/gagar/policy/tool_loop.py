@@ -184,6 +184,8 @@ class _Conversation:
     tool_calls: Counter[str] = field(default_factory=Counter)
     finish: str | None = None
     """Why it ended; None while it is live."""
+    deadline: float | None = None
+    """When its wall-clock budget ends (clock time, set as it joins the live ones); None: no limit."""
 
     @property
     def n_tokens(self) -> int:
@@ -323,18 +325,17 @@ def run_tool_loops(
     stops = set(backend.stop_token_ids)
     waiting = deque(convs)
     live: list[_Conversation] = []
-    deadlines: dict[int, float] = {}
     for call in itertools.count():
         while waiting and (agent.max_live is None or len(live) < agent.max_live):
             c = waiting.popleft()
             live.append(c)
             if agent.max_seconds is not None:
-                deadlines[id(c)] = clock() + agent.max_seconds
-        now = clock() if deadlines else 0.0
+                c.deadline = clock() + agent.max_seconds
+        now = None if agent.max_seconds is None else clock()
         for c in live:
             if c.turns >= agent.max_turns:
                 c.finish = "max_turns"
-            elif id(c) in deadlines and now >= deadlines[id(c)]:
+            elif c.deadline is not None and now is not None and now >= c.deadline:
                 c.finish = "time"
         live = [c for c in live if c.finish is None]
         if not live:
