@@ -21,6 +21,7 @@ For response token t of trajectory i, with Â_i the trajectory's advantage broad
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Sequence
@@ -181,7 +182,12 @@ def _response_logits(
 
 def _takes_logits_to_keep(model: torch.nn.Module) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
+    return _forward_takes_logits_to_keep(type(base))
+
+
+@functools.cache
+def _forward_takes_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 def _logits_from(
