@@ -5,22 +5,25 @@ from __future__ import annotations
 import pytest
 
 from gagar.experiment.evaluation import changed_share
-from gagar.policy.agent_format import render_blocks
+from gagar.policy.agent_format import parse_answer, render_blocks
 from gagar.policy.evaluate import TrajectoryEval, evaluate_detailed, evaluate_trajectories, summarise
+from gagar.sandbox.edits import UNCHANGED
 from gagar.sandbox.local import LocalBackend
 from gagar.schema.result import Status
 from gagar.schema.trajectory import Trajectory
 from gagar.tasks.noise import add_noise
 
 
-def _answer(task, name: str, patch: str, n_tokens: int, response: str = "") -> Trajectory:
+def _answer(
+    task, name: str, patch: str, n_tokens: int, response: str = "", parse_error: str = "no edit blocks"
+) -> Trajectory:
     return Trajectory(
         trajectory_id=f"{task.instance_id}/{name}",
         instance_id=task.instance_id,
         group_id=task.instance_id,
         model_patch=patch,
         response=response,
-        parse_error=None if patch else "no edit blocks",
+        parse_error=None if patch else parse_error,
         response_token_ids=list(range(n_tokens)),
         old_logprobs=[0.0] * n_tokens,
         loss_mask=[1] * n_tokens,
@@ -33,15 +36,19 @@ def test_gold_noisy_and_empty_answers_are_judged_and_summarised(experiment_train
     noisy_patch = add_noise(task, task.patch, ["comment", "dead_code"], rng=1)
     path = next(p for p in task.snapshot if p.endswith(".py") and "test" not in p)
     misquoted = render_blocks([(path, "    return 'a line this file does not hold'\n", "    return 1\n")])
+    line = next(line for line in task.snapshot[path].splitlines(keepends=True) if line.strip())
+    unchanged = render_blocks([(path, line, line)])
+    assert parse_answer(unchanged, task.snapshot) == ("", UNCHANGED)
     answers = [
         _answer(task, "gold", task.patch, 10),
         _answer(task, "noisy", noisy_patch, 30),
         _answer(task, "empty", "", 5),
         _answer(task, "misquoted", "", 15, response=misquoted),
+        _answer(task, "unchanged", "", 20, response=unchanged, parse_error=UNCHANGED),
     ]
     quality, results, judged = evaluate_detailed([task], answers, LocalBackend(workers=2))
 
-    gold, noisy, empty, wrong = judged
+    gold, noisy, empty, wrong, same = judged
     assert [r.trajectory_id for r in results] == [a.trajectory_id for a in answers]
     assert (gold.resolved, gold.clean, gold.relative_size) == (True, True, 1.0)
     assert noisy.resolved
@@ -51,16 +58,19 @@ def test_gold_noisy_and_empty_answers_are_judged_and_summarised(experiment_train
     assert (empty.resolved, empty.clean, empty.parsed, empty.relative_size) == (False, False, False, None)
     assert (gold.well_formed, empty.well_formed) == (True, False)
     assert (wrong.resolved, wrong.parsed, wrong.well_formed) == (False, False, True)
+    assert (same.resolved, same.parsed, same.well_formed, same.unchanged) == (False, False, True, True)
+    assert not any(j.unchanged for j in (gold, noisy, empty, wrong))
 
-    assert quality.n == 4
-    assert quality.pass_at_1 == pytest.approx(2 / 4)
-    assert quality.clean_resolved_rate == pytest.approx(1 / 4)
+    assert quality.n == 5
+    assert quality.pass_at_1 == pytest.approx(2 / 5)
+    assert quality.clean_resolved_rate == pytest.approx(1 / 5)
     assert quality.unclean_share_of_resolving == pytest.approx(1 / 2)
     assert quality.relative_diff_size_resolved == pytest.approx((1.0 + noisy.relative_size) / 2)
-    assert quality.response_tokens_mean == pytest.approx(15.0)
+    assert quality.response_tokens_mean == pytest.approx(16.0)
     assert quality.turns_mean == 1.0
-    assert quality.parse_rate == pytest.approx(2 / 4)
-    assert quality.well_formed_rate == pytest.approx(3 / 4)
+    assert quality.parse_rate == pytest.approx(2 / 5)
+    assert quality.well_formed_rate == pytest.approx(4 / 5)
+    assert quality.unchanged_rate == pytest.approx(1 / 5)
     # The evaluate component's entry point gives the same summary.
     assert evaluate_trajectories([task], answers, LocalBackend(workers=2))[0] == quality
 

@@ -18,7 +18,13 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from gagar.sandbox.edits import EditBlock, apply_edit_blocks, edit_blocks_to_diff, parse_edit_blocks
+from gagar.sandbox.edits import (
+    UNCHANGED,
+    EditBlock,
+    apply_edit_blocks,
+    edit_blocks_to_diff,
+    parse_edit_blocks,
+)
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message
 from gagar.tasks.diffs import apply_diff
@@ -261,5 +267,5 @@ def parse_answer(answer: str, files: Mapping[str, str]) -> tuple[str, str | None
     except ValueError as exc:
         return "", str(exc) or type(exc).__name__
     if not patch.strip():
-        return "", "the edit blocks change nothing"
+        return "", UNCHANGED
     return patch, None

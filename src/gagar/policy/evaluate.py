@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
-from gagar.sandbox.edits import parse_edit_blocks
+from gagar.sandbox.edits import UNCHANGED, parse_edit_blocks
 from gagar.schema.result import Status, TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
@@ -43,6 +43,9 @@ class TrajectoryEval(Record):
     well_formed: bool | None = None
     """The strict parser accepts the answer's blocks, whether or not their SEARCH text is in the
     file; None for a multi-turn trajectory (its edits are tool calls)."""
+    unchanged: bool | None = None
+    """Single-turn: the answer's blocks parse and apply but change nothing (so it does not parse into
+    a patch); None for a multi-turn trajectory."""
     clean: bool
     """Resolved, and the oracle finds no unnecessary modification."""
     diff_size: int | None
@@ -71,7 +74,11 @@ class RolloutQuality(BaseModel):
     """Share of answers that parse into a patch (well-formed, and every SEARCH text found)."""
     well_formed_rate: float | None = None
     """Share of single-turn answers the strict parser accepts, found in the file or not; the gap to
-    ``parse_rate`` is answers naming a missing file or a SEARCH text the file does not hold."""
+    ``parse_rate`` is answers naming a missing file or a SEARCH text the file does not hold, and
+    ``unchanged_rate``."""
+    unchanged_rate: float | None = None
+    """Share of single-turn answers whose blocks parse and apply but change nothing: SEARCH and REPLACE
+    the same (a line quoted right and left as it was)."""
     pass_at_1: float
     """Share of answers that resolve their task (the resolved rate)."""
     clean_resolved_rate: float
@@ -127,6 +134,7 @@ def judge_trajectories(
                 resolved=result.resolved,
                 parsed=tr.parse_error is None,
                 well_formed=_well_formed(tr),
+                unchanged=None if _multi_turn(tr) else tr.parse_error == UNCHANGED,
                 clean=quality is not None and quality.clean,
                 diff_size=quality.diff_size if quality else None,
                 relative_size=quality.relative_size if quality else None,
@@ -141,8 +149,12 @@ def judge_trajectories(
     return judged
 
 
+def _multi_turn(trajectory: Trajectory) -> bool:
+    return trajectory.turns != 1 or 0 in trajectory.loss_mask  # a tool loop: its edits are tool calls
+
+
 def _well_formed(trajectory: Trajectory) -> bool | None:
-    if trajectory.turns != 1 or 0 in trajectory.loss_mask:  # a tool loop: its edits are tool calls
+    if _multi_turn(trajectory):
         return None
     if trajectory.parse_error is None:
         return True
@@ -166,6 +178,7 @@ def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
         n=n,
         parse_rate=_mean([float(j.parsed) for j in kept]) or 0.0,
         well_formed_rate=_mean([float(j.well_formed) for j in kept if j.well_formed is not None]),
+        unchanged_rate=_mean([float(j.unchanged) for j in kept if j.unchanged is not None]),
         pass_at_1=len(resolving) / n if n else 0.0,
         clean_resolved_rate=sum(j.clean for j in resolving) / n if n else 0.0,
         unclean_share_of_resolving=_mean([float(not j.clean) for j in resolving]),

@@ -25,6 +25,7 @@ __all__ = [
     "DIVIDER",
     "REPLACE",
     "SEARCH",
+    "UNCHANGED",
     "EditApplyError",
     "EditBlock",
     "EditFormatError",
@@ -36,6 +37,8 @@ __all__ = [
 SEARCH = "<<<<<<< SEARCH"
 DIVIDER = "======="
 REPLACE = ">>>>>>> REPLACE"
+UNCHANGED = "the edit blocks change nothing"
+"""Why an answer whose blocks parse and apply but leave every file as it was gives no patch."""
 
 
 class EditFormatError(ValueError):
