@@ -4,8 +4,8 @@ wait after it, and CPU seconds (this process and its children: the sandbox's wor
 
     python benchmarks/step_overlap.py --config .work/bench-rl-step/train.yaml --pairs 3
 
-The config is a ``gagar train`` one step config (``benchmarks/rl_step.py`` writes one to
-``<work>/train.yaml``); its ``run_dir`` is replaced per run under ``--work``.
+The config is a ``gagar train`` config (``benchmarks/rl_step.py`` writes one to
+``<work>/train.yaml``); each run is one step of it, its ``run_dir`` replaced per run under ``--work``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _cpu() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True, help="a one-step gagar train config")
+    parser.add_argument("--config", type=Path, required=True, help="a gagar train config (runs one step)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path(".work/bench-step-overlap"))
     args = parser.parse_args()
@@ -56,7 +56,7 @@ def main() -> None:
         run = args.work / f"{i}-{mode}"
         shutil.rmtree(run, ignore_errors=True)
         cpu = _cpu()
-        m = Trainer(TrainConfig(**{**base, "run_dir": str(run)}), progress=False).run()[-1]
+        m = Trainer(TrainConfig(**{**base, "run_dir": str(run), "steps": 1}), progress=False).run()[-1]
         cpu = _cpu() - cpu
         generation = m["perf/rollout_s"] + m["perf/sandbox_s"]
         rows[mode].append((m["perf/step_s"], generation))
