@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 import torch
 
+from gagar.cli import policy as cli_policy
 from gagar.policy.model import load_adapter, load_policy
 from gagar.policy.sft import ADAPTER_DIR, PRETRAINED_DEFAULTS, SFTConfig, train_sft
 from gagar.train.lora import LoraSettings
@@ -28,6 +32,17 @@ def test_fine_tune_defaults_are_lora_and_overridable() -> None:
     assert config.noise_share == PRETRAINED_DEFAULTS["noise_share"] > SFTConfig().noise_share
     full = SFTConfig.fine_tune("some/dir", lora=LoraSettings(enabled=False), steps=7)
     assert (full.lora.enabled, full.steps) == (False, 7)
+
+
+def test_sft_help_states_the_pretrained_defaults() -> None:
+    # The CLI spells the defaults out rather than importing gagar.policy.sft (torch) at start-up.
+    help_text = inspect.signature(cli_policy.sft).parameters["init_policy"].default.help
+    stated = re.search(r"lr ([\d.e-]+), .*?(\d+) steps, noise share (\d+(?:\.\d+)?)", help_text)
+    assert stated is not None, help_text
+    lr, steps, noise_share = stated.groups()
+    assert float(lr) == PRETRAINED_DEFAULTS["lr"]
+    assert int(steps) == PRETRAINED_DEFAULTS["steps"]
+    assert float(noise_share) == PRETRAINED_DEFAULTS["noise_share"]
 
 
 def test_lora_sft_saves_the_merged_policy_and_the_adapter(tiny_policy, tasks, tmp_path) -> None:

@@ -69,7 +69,7 @@ def sft(
         exists=True,
         file_okay=False,
         help="A Hugging Face folder to fine-tune instead (e.g. `gagar models install`'s); its defaults are "
-        "PRETRAINED_DEFAULTS': LoRA, lr 1e-3, no prompt loss, 450 steps, noise share 0.7.",
+        "PRETRAINED_DEFAULTS: LoRA, lr 1e-3, no prompt loss, 450 steps, noise share 0.7.",
     ),
     lora: bool | None = typer.Option(
         None, "--lora/--full", help="With --init-policy: train a LoRA adapter (default) or every weight."
