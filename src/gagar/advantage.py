@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, model_validator
 
 __all__ = [
     "AdvantageConfig",
@@ -296,27 +297,29 @@ def redistribute(
     return out
 
 
-@dataclass(frozen=True)
-class TierFactors:
+class TierFactors(BaseModel):
     """The constants of ``gagar-tiered`` (the paper's form); every one configurable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     tier1_best: float = 1.0
     """Factor of the best-ranked candidates of tier 1."""
     tier1_rest: float = 0.9
     """Factor of the other candidates of tier 1."""
     tier2_top: float = 0.85
-    """Factor of tier 2's best-ranked candidates; tier 2 falls linearly in rank from here..."""
+    """Factor of tier 2's best-ranked candidates; tier 2 falls linearly in rank from here to tier2_bottom."""
     tier2_bottom: float = 0.4
-    """...to here at its worst-ranked candidates."""
+    """Factor of tier 2's worst-ranked candidates."""
     tier3: float = 0.2
     """Factor of every tier-3 candidate."""
     cutoffs: tuple[float, float] = (1 / 3, 2 / 3)
-    """A candidate's tier from its rank position ``(rank - 1) / k`` among the k passing members of its
+    """A candidate's tier from its rank position (rank - 1) / k among the k passing members of its
     group: tier 1 below the first cutoff, tier 2 below the second, tier 3 from there."""
-    lambda_max: float = 2.0
-    """Cap on the factor that restores the passing sum."""
+    lambda_max: float = 1.5
+    """Cap on the factor that restores the passing sum (the paper's appendix: 1.5)."""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _ordered(self) -> TierFactors:
         factors = (self.tier1_best, self.tier1_rest, self.tier2_top, self.tier2_bottom, self.tier3)
         if not all(0.0 < f <= 1.0 for f in factors):
             raise ValueError(f"tier factors must be in (0, 1], got {factors}")
@@ -327,6 +330,7 @@ class TierFactors:
             raise ValueError(f"tier cutoffs must satisfy 0 < first <= second <= 1, got {self.cutoffs}")
         if self.lambda_max < 1.0:
             raise ValueError(f"lambda_max must be at least 1 (1 restores nothing), got {self.lambda_max}")
+        return self
 
 
 def _group_extreme(index: np.ndarray, n_groups: int, values: np.ndarray, mask: np.ndarray, fn) -> np.ndarray:

@@ -90,7 +90,7 @@ def tiered_redistribute_loop(
     tier2_bottom: float = 0.4,
     tier3: float = 0.2,
     cutoffs: tuple[float, float] = (1 / 3, 2 / 3),
-    lambda_max: float = 2.0,
+    lambda_max: float = 1.5,
 ) -> list[float]:
     out = grpo_advantages_loop(rewards, group_ids, norm_std=False)
     for idx in _groups(group_ids).values():

@@ -118,7 +118,7 @@ def test_settings_configmap_points_at_every_enabled_service() -> None:
     data = settings["data"]
     assert data["GAGAR_STORAGE__ENDPOINT"] == "http://seaweedfs.kubeflow.svc.cluster.local:8333"
     assert data["GAGAR_PIPELINE_ROOT"] == "s3://mlpipeline/gagar"
-    assert data["GAGAR_SANDBOX__NAMESPACE"] == f"{RELEASE}-sandbox"
+    assert data["GAGAR_KUBERNETES__NAMESPACE"] == f"{RELEASE}-sandbox"
     assert data["GAGAR_POLICY__BASE_URL"] == f"http://{RELEASE}-policy-server.{NAMESPACE}.svc:8000/v1"
     assert data["GAGAR_GRADER__BASE_URL"] == f"http://{RELEASE}-grader-server.{NAMESPACE}.svc:8000/v1"
     assert data["GAGAR_METRICS__PUSHGATEWAY_URL"] == f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091"

@@ -94,8 +94,8 @@ def runs(tmp_path_factory, fresh_namespace, sandbox_image):
     namespace = fresh_namespace("gagar-kfp-docker")
     environment = (
         ("KUBECONFIG", _embedded_kubeconfig(root / "kubeconfig")),
-        ("GAGAR_SANDBOX__NAMESPACE", namespace),
-        ("GAGAR_SANDBOX__IMAGE", sandbox_image),
+        ("GAGAR_KUBERNETES__NAMESPACE", namespace),
+        ("GAGAR_KUBERNETES__IMAGE", sandbox_image),
     )
     container = ContainerSettings(image_variant="cpu", network_mode="host", environment=environment)
     docker = run_local(

@@ -93,7 +93,7 @@ def test_config_errors_name_the_setting(tmp_path, tasks_file, tiny_policy):
 
 
 def test_sandbox_backend_settings_in_the_environment_do_not_break_the_config(config_file, monkeypatch):
-    monkeypatch.setenv("GAGAR_SANDBOX__WORK_ROOT", "/tmp")
+    monkeypatch.setenv("GAGAR_LOCAL_SANDBOX__WORK_ROOT", "/tmp")
     monkeypatch.setenv("GAGAR_SANDBOX__WORKERS", "1")
     assert load_config(config_file).sandbox.workers == 1
 

@@ -17,7 +17,7 @@ __all__ = ["SETTINGS_KEYS", "PlatformOptions", "configure"]
 SETTINGS_KEYS = (
     "GAGAR_STORAGE__ENDPOINT",
     "GAGAR_STORAGE__REGION",
-    "GAGAR_SANDBOX__NAMESPACE",
+    "GAGAR_KUBERNETES__NAMESPACE",
 )
 """Keys of the chart's settings ConfigMap every task gets as environment variables."""
 

@@ -43,10 +43,10 @@ class AgentSettings(BaseModel):
     (keep it within the model's context length)."""
     max_seconds: float | None = Field(default=600.0, gt=0)
     """Wall-clock budget of one conversation, counted from its first engine call (its turns wait on
-    the engine calls and test runs of every live conversation); None: no limit."""
+    the engine calls and test runs of every live conversation); unset: no limit."""
     max_live: int | None = Field(default=None, ge=1)
     """Most conversations advanced together, one engine call a turn; the rest of a generation batch
-    waits and joins as conversations end, its clock not yet started. None: the whole batch at once
+    waits and joins as conversations end, its clock not yet started. Unset: the whole batch at once
     (the most throughput; with a slow engine a turn then takes as long as the whole batch's)."""
     max_tool_chars: int = Field(default=1500, ge=80)
     """Most characters of one tool answer (a viewed file, search hits, a test report); the rest is cut."""

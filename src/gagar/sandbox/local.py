@@ -76,35 +76,35 @@ class InfraError(RuntimeError):
 
 
 class LocalSandboxSettings(BaseSettings):
-    """Where the local backend finds its tools and puts its workspaces (env ``GAGAR_SANDBOX__<FIELD>``)."""
+    """Where the local backend finds its tools and puts its workspaces (env ``GAGAR_LOCAL_SANDBOX__<FIELD>``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GAGAR_SANDBOX__", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GAGAR_LOCAL_SANDBOX__", frozen=True, extra="ignore")
 
     bwrap: str = "bwrap"
-    """bubblewrap executable (env GAGAR_SANDBOX__BWRAP)."""
+    """bubblewrap executable (env GAGAR_LOCAL_SANDBOX__BWRAP)."""
     setpriv: str = "setpriv"
-    """util-linux setpriv, drops to the slot uid (env GAGAR_SANDBOX__SETPRIV)."""
+    """util-linux setpriv, drops to the slot uid (env GAGAR_LOCAL_SANDBOX__SETPRIV)."""
     prlimit: str = "prlimit"
-    """util-linux prlimit, sets the rlimits (env GAGAR_SANDBOX__PRLIMIT)."""
+    """util-linux prlimit, sets the rlimits (env GAGAR_LOCAL_SANDBOX__PRLIMIT)."""
     python: str = "/usr/bin/python3"
-    """Interpreter inside the sandbox unless the task names one (env GAGAR_SANDBOX__PYTHON)."""
+    """Interpreter inside the sandbox unless the task names one (env GAGAR_LOCAL_SANDBOX__PYTHON)."""
     base_uid: int = Field(61000, ge=1000)
-    """First sandbox uid; worker slot i prefers base_uid + i (env GAGAR_SANDBOX__BASE_UID)."""
+    """First sandbox uid; worker slot i prefers base_uid + i (env GAGAR_LOCAL_SANDBOX__BASE_UID)."""
     uid_count: int = Field(256, ge=1)
     """Sandbox uids are base_uid .. base_uid + uid_count - 1, shared by every evaluator on the
-    machine through leases (env GAGAR_SANDBOX__UID_COUNT)."""
+    machine through leases (env GAGAR_LOCAL_SANDBOX__UID_COUNT)."""
     uid_lock_dir: Path = Path("/run/lock/gagar-sandbox")
     """Lease files of the sandbox uids, one per uid; every evaluator on the machine must use
-    the same folder (env GAGAR_SANDBOX__UID_LOCK_DIR)."""
+    the same folder (env GAGAR_LOCAL_SANDBOX__UID_LOCK_DIR)."""
     work_root: Path | None = None
     """Parent of the workspaces; None means :func:`gagar.scratch.scratch_root` (``/dev/shm`` when it
-    is a roomy tmpfs, else the system temp dir) (env GAGAR_SANDBOX__WORK_ROOT)."""
+    is a roomy tmpfs, else the system temp dir) (env GAGAR_LOCAL_SANDBOX__WORK_ROOT)."""
     repos_dir: Path | None = None
-    """Local clones <repos_dir>/<owner>/<name> for base_commit tasks (env GAGAR_SANDBOX__REPOS_DIR)."""
+    """Local clones <repos_dir>/<owner>/<name> for base_commit tasks (env GAGAR_LOCAL_SANDBOX__REPOS_DIR)."""
     forkserver: bool = True
     """Run ``python -m pytest`` evaluations in a pre-started worker per slot that forks each one into
     namespaces of its own (:mod:`gagar.sandbox.forkserver`); False starts a sandbox per evaluation
-    (env GAGAR_SANDBOX__FORKSERVER)."""
+    (env GAGAR_LOCAL_SANDBOX__FORKSERVER)."""
 
 
 def _tool(name: str) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from gagar.advantage import Decay, Estimator, TierFactors
+from gagar.advantage import AdvantageConfig, Decay, Estimator, TierFactors
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentSettings
 from gagar.sandbox.runner import BackendName
@@ -88,18 +88,13 @@ class RolloutSettings(_Section):
 
 
 class SandboxSettings(_Section):
-    """Where the tests run.
-
-    The backends read their own ``GAGAR_SANDBOX__*`` settings (limits, paths) from the same
-    environment, so keys this section does not know are left to them rather than refused.
-    """
-
-    model_config = ConfigDict(extra="ignore")
+    """Where the tests run (the backends' own settings: ``GAGAR_LOCAL_SANDBOX__*``,
+    ``GAGAR_KUBERNETES__*``, ``GAGAR_LIMITS__*``)."""
 
     backend: BackendName = BackendName.LOCAL
-    """local (bubblewrap) or kubernetes (one pod per evaluation)."""
+    """Where the tests run: local (bubblewrap on this machine) or kubernetes (sandbox pods)."""
     workers: int | None = Field(default=None, ge=1)
-    """Parallel evaluations; None uses every core."""
+    """Evaluations run in parallel; unset: one per core."""
 
 
 class GraderSettings(_Section):
@@ -115,7 +110,7 @@ class GraderSettings(_Section):
     """Most tool-calling turns of the LLM grader per group."""
     position_guard: float | None = Field(default=None, ge=0)
     """Grade twice in opposite orders and tie a group whose rankings are further apart (Kendall
-    distance) than this; None grades once."""
+    distance) than this; unset: grade once."""
 
 
 class AdvantageSettings(_Section):
@@ -134,12 +129,18 @@ class AdvantageSettings(_Section):
     tiers: TierFactors = Field(default_factory=TierFactors)
     """Tier factors, tier cutoffs and lambda_max of gagar-tiered."""
 
+    def estimator_config(self) -> AdvantageConfig:
+        """What the estimator registry takes: every field of this section, none dropped."""
+        return AdvantageConfig(
+            norm_std=self.norm_std, decay=self.decay, gamma=self.gamma, floor=self.floor, tiers=self.tiers
+        )
+
 
 class MetricsSettings(_Section):
     """Where per-step metrics go besides the run's metrics.jsonl."""
 
     pushgateway: str | None = None
-    """Prometheus Pushgateway URL; None pushes nothing."""
+    """Prometheus Pushgateway URL the step metrics are pushed to; unset: push nothing."""
     job: str = "gagar-train"
     """Pushgateway job name."""
 
@@ -199,6 +200,11 @@ class TrainConfig(BaseSettings):
         ):
             raise ValueError("grader.kind 'learned' needs grader.model (the learned grader's directory)")
         return self
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config ``values`` describe, alone: no environment, no file (a pipeline's parameters)."""
+        return cls.model_validate(values)
 
     @classmethod
     def settings_customise_sources(
@@ -273,6 +279,9 @@ def load_config(
     Raises:
         ValueError: naming the file and the setting that is wrong.
     """
+    from gagar.settings_env import check_environment
+
+    check_environment()
     token = _FILE_VALUES.set(_read_file(path) if path is not None else {})
     try:
         return TrainConfig(**(overrides or {}))

@@ -74,7 +74,7 @@ class DistributedSettings(BaseModel):
     strategy: Strategy = Strategy.DDP
     """ddp replicates the model on every process; fsdp shards it (models that do not fit one device)."""
     runtime: str | None = None
-    """ClusterTrainingRuntime the train stage's TrainJob uses (the chart installs gagar-torch); None
+    """ClusterTrainingRuntime the train stage's TrainJob uses (the chart installs gagar-torch); unset:
     updates inside the train stage's own pod."""
 
 

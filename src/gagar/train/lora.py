@@ -56,7 +56,7 @@ class LoraSettings(BaseModel):
     publish_uri: str | None = None
     """Artifact store (``s3://bucket/prefix`` or a directory) each adapter is also published to."""
     keep_adapters: int | None = Field(default=3, ge=2)
-    """Newest adapters kept under ``{run_dir}/adapters`` (None: all). At least 2: the server may still
+    """Newest adapters kept under ``{run_dir}/adapters`` (unset: all). At least 2: the server may still
     serve the previous one while the newest loads. The store's copies are never pruned."""
 
 

@@ -52,7 +52,7 @@ KLEstimator = Literal["k1", "k2", "k3"]
 class PolicyLossConfig(BaseModel):
     """Hyper-parameters of the policy loss (DESIGN.md §4 defaults)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     clip_low: float = Field(default=0.2, gt=0.0, lt=1.0)
     """ε_low: the ratio is clipped below at 1 − ε_low."""

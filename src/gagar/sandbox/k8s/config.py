@@ -51,9 +51,9 @@ class ResourceSpec(BaseModel):
 
 
 class KubernetesSandboxConfig(BaseSettings):
-    """Where and how the sandbox pods run; each field reads ``GAGAR_SANDBOX__<FIELD>`` from the env."""
+    """Where and how the sandbox pods run; each field reads ``GAGAR_KUBERNETES__<FIELD>`` from the env."""
 
-    model_config = SettingsConfigDict(env_prefix="GAGAR_SANDBOX__", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="GAGAR_KUBERNETES__", extra="ignore", frozen=True)
 
     namespace: str = "gagar-sandbox"
     """Namespace of the pods, ConfigMaps and the NetworkPolicy."""
