@@ -1,17 +1,18 @@
 """One RL step, top to bottom, on in-memory data: rollout, evaluate, select, grade, advantages, update.
 
 Read it like CleanRL's ``ppo.py``: each function below is one phase of the step, in the order the
-step runs them, and :func:`run_step` strings them together in a page. Nothing here reads or writes
-a stage's files: :mod:`gagar.stages` is the I/O layer the CLI, the KFP components and the Argo entry
-point share (read inputs, call the function here, write outputs), and
-:class:`gagar.train.trainer.Trainer` loops, checkpoints and logs around :func:`run_step`.
+step runs them, each taking the run's :class:`~gagar.train.config.TrainConfig` (or its section)
+and deciding nothing the config does not say. Every runner executes these same functions:
+:func:`run_step` strings them together in one process (``gagar train``, through
+:class:`gagar.train.trainer.Trainer`), and each stage of the pipelines (``gagar run``, Kubeflow,
+Argo) calls one of them with I/O only at its edges (:mod:`gagar.pipeline.store_stages`).
 
 The phases and what they hand on::
 
     rollout     policy + tasks               -> trajectories        (one generation batch)
     evaluate    tasks + trajectories         -> test results        (the sandbox)
     select      generation batches           -> Selection           (dynamic sampling, once a step)
-    grade       kept groups                  -> grades              (GAGAR only)
+    grade       kept groups                  -> grades              (estimators that use a grader)
     advantages  kept batch + grades          -> batch entries       (through the estimator registry)
     update      policy + kept trajectories   -> checkpoint step-N   (PPO-clip epochs)
 """
@@ -25,12 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gagar.advantage import (
-    AdvantageConfig,
     AdvantageInputs,
     Decay,
     Estimator,
@@ -38,13 +38,17 @@ from gagar.advantage import (
     assemble_batch,
     compute_advantages,
 )
-from gagar.policy.agent import COMMANDS, INVALID, AgentKind, AgentSettings
+from gagar.policy.agent import COMMANDS, INVALID
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade, ranks_for, scores_for
 from gagar.schema.result import HackKind, Status, TestResult
 from gagar.schema.selection import KeptBatch, KeptTrajectory
 from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams, Trajectory
+
+if TYPE_CHECKING:
+    from gagar.grader.base import Grader, PositionGuard
+    from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
 __all__ = [
     "GeneratedBatch",
@@ -54,8 +58,12 @@ __all__ = [
     "advantages",
     "evaluate",
     "evaluate_while_generating",
+    "generate",
     "generation_batch",
     "grade",
+    "make_grader",
+    "merge_rollout_metrics",
+    "rank",
     "rollout",
     "rollout_metrics",
     "rollout_stream",
@@ -65,6 +73,7 @@ __all__ = [
     "select",
     "select_tasks",
     "tasks_per_call",
+    "update",
 ]
 
 
@@ -86,31 +95,23 @@ def sampling_seed(seed: int, step: int, gen_batch: int) -> int:
 
 
 def rollout(
+    settings: RolloutSettings,
     generator: Any,
     tokenizer: Any,
     tasks: Sequence[Task],
     *,
+    seed: int,
     step: int,
     gen_batch: int,
-    groups: int | None,
-    group_size: int,
-    seed: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
     policy_version: str,
-    progress: bool = False,
-    agent: Any = None,
     sandbox: Any = None,
+    every_task: bool = False,
+    progress: bool = False,
 ) -> list[Trajectory]:
-    """``group_size`` sampled answers for each of ``groups`` tasks drawn for this generation batch
-    (every task, in order, when ``groups`` is None), from ``agent``
-    (:class:`gagar.policy.agent.AgentSettings`, default single-shot); the tool loop's RUN_TESTS runs
-    the visible tests in ``sandbox``."""
+    """:func:`rollout_stream`, whole."""
     stream = rollout_stream(
-        generator, tokenizer, tasks, step=step, gen_batch=gen_batch, groups=groups, group_size=group_size,
-        seed=seed, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-        policy_version=policy_version, progress=progress, agent=agent, sandbox=sandbox,
+        settings, generator, tokenizer, tasks, seed=seed, step=step, gen_batch=gen_batch,
+        policy_version=policy_version, sandbox=sandbox, every_task=every_task, progress=progress,
     )  # fmt: skip
     return list(stream)
 
@@ -124,53 +125,53 @@ def tasks_per_call(generator: Any, group_size: int) -> int | None:
 
 
 def rollout_stream(
+    settings: RolloutSettings,
     generator: Any,
     tokenizer: Any,
     tasks: Sequence[Task],
     *,
+    seed: int,
     step: int,
     gen_batch: int,
-    groups: int | None,
-    group_size: int,
-    seed: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
     policy_version: str,
-    progress: bool = False,
-    agent: Any = None,
     sandbox: Any = None,
+    every_task: bool = False,
+    progress: bool = False,
 ) -> Iterator[Trajectory]:
-    """:func:`rollout`, yielding each engine call's trajectories as soon as that call returns."""
+    """``settings.group_size`` sampled answers for each of ``settings.gen_batch_groups`` tasks drawn
+    for generation batch ``gen_batch`` of ``step`` (every task, in order, with ``every_task``) from
+    ``settings.agent``, yielded as each engine call returns. An agent that runs the visible tests
+    while sampling runs them in ``sandbox``."""
     from gagar.policy.rollout import rollout as sample
     from gagar.policy.visible_tests import VisibleTests
 
-    agent = agent or AgentSettings()
-    if agent.kind is AgentKind.TOOL_LOOP and sandbox is None:
-        raise ValueError("the tool-loop agent needs a sandbox backend for its RUN_TESTS")
-    run_tests = VisibleTests(sandbox, agent.max_tool_chars) if agent.kind is AgentKind.TOOL_LOOP else None
-
+    agent = settings.agent
+    if agent.kind.needs_sandbox and sandbox is None:
+        raise ValueError(f"the {agent.kind.value} agent runs the visible tests: it needs a sandbox backend")
+    run_tests = VisibleTests(sandbox, agent.max_tool_chars) if agent.kind.needs_sandbox else None
     chosen = (
         list(tasks)
-        if groups is None
-        else select_tasks(tasks, groups, seed=seed, step=step, gen_batch=gen_batch)
+        if every_task
+        else select_tasks(tasks, settings.gen_batch_groups, seed=seed, step=step, gen_batch=gen_batch)
     )
     params = SamplingParams(
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
         seed=sampling_seed(seed, step, gen_batch),
     )
     yield from sample(
         chosen,
         generator,
         tokenizer,
-        group_size,
+        settings.group_size,
         params,
         step=step,
         gen_batch=gen_batch,
-        # the tool loop advances every conversation of the batch one turn per engine call
-        tasks_per_call=None if agent.kind is AgentKind.TOOL_LOOP else tasks_per_call(generator, group_size),
+        # a conversation agent advances every conversation of the batch one turn per engine call
+        tasks_per_call=None
+        if agent.kind.samples_conversations
+        else tasks_per_call(generator, settings.group_size),
         policy_version=policy_version,
         progress=progress,
         agent=agent,
@@ -288,6 +289,30 @@ def evaluate_while_generating(
     return generation_batch(generated, outcome)
 
 
+def generate(
+    config: TrainConfig,
+    inputs: StepInputs,
+    gen_batch: int,
+    timings: dict[str, float],
+    *,
+    progress: bool = False,
+) -> GeneratedBatch:
+    """Generation batch ``gen_batch`` of the step: rolled out and evaluated, beside each other where
+    the agent allows (:attr:`gagar.policy.agent.AgentKind.overlaps_evaluation`), else one after the
+    other. ``timings`` gains ``perf/rollout_s``, ``perf/sandbox_s`` (and ``perf/sandbox_busy_s``)."""
+    trajectories = rollout_stream(
+        config.rollout, inputs.generator, inputs.tokenizer, inputs.tasks, seed=config.seed,
+        step=inputs.step, gen_batch=gen_batch, policy_version=inputs.policy_version,
+        sandbox=inputs.sandbox, progress=progress,
+    )  # fmt: skip
+    if config.rollout.agent.kind.overlaps_evaluation:
+        return evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
+    with _timed(timings, "perf/rollout_s"):
+        generated = list(trajectories)
+    with _timed(timings, "perf/sandbox_s"):
+        return generation_batch(generated, evaluate(inputs.tasks, generated, inputs.sandbox))
+
+
 def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
     """``sandbox/…`` counts by status and by hack kind, the hack ratio and the resolved rate (infra
     errors excluded from both), and mean duration."""
@@ -374,9 +399,11 @@ class Selection:
         return KeptBatch(kept=kept, metrics=self.metrics)
 
 
-def select(batches: Iterable[GeneratedBatch], *, train_batch_groups: int, max_gen_batches: int) -> Selection:
-    """Dynamic sampling: consume generation batches (lazily) until ``train_batch_groups`` mixed groups
-    are kept or ``max_gen_batches`` ran out; see :func:`gagar.advantage.assemble_batch`."""
+def select(batches: Iterable[GeneratedBatch], settings: RolloutSettings) -> Selection:
+    """Dynamic sampling: consume generation batches (lazily) until ``settings.train_batch_groups``
+    mixed groups are kept or ``settings.max_gen_batches`` ran out; see
+    :func:`gagar.advantage.assemble_batch`."""
+    train_batch_groups, max_gen_batches = settings.train_batch_groups, settings.max_gen_batches
     consumed: list[GeneratedBatch] = []
 
     def sampled() -> Iterator[GenerationBatch]:
@@ -395,35 +422,66 @@ def select(batches: Iterable[GeneratedBatch], *, train_batch_groups: int, max_ge
 # --------------------------------------------------------------------------- grade
 
 
+def make_grader(config: TrainConfig) -> Grader | None:
+    """The grader ``config`` names, or None when its estimator uses none (the registry decides)."""
+    from gagar.grader.run import make_grader as build
+
+    if not config.advantage.algo.uses_grader:
+        return None
+    g = config.grader
+    return build(g.kind, model_dir=g.model, endpoint=g.endpoint, max_steps=g.max_steps)
+
+
 def grade(
-    grader: Any,
+    config: TrainConfig,
+    grader: Grader | None,
     tasks: Sequence[Task],
     trajectories: Sequence[Trajectory],
     results: Iterable[TestResult],
     workspace: Path,
     *,
-    guard: Any = None,
     repos_dir: Path | None = None,
     progress: bool = False,
-) -> tuple[list[Grade], dict[str, float]]:
-    """Rank the passing members of each group of ``trajectories``; one Grade per group, ``grader/…``.
+) -> tuple[list[Grade] | None, dict[str, float]]:
+    """Rank the passing members of each group of ``trajectories`` (the kept ones) when the estimator
+    uses a grader (:attr:`gagar.advantage.Estimator.uses_grader`); one Grade per group and
+    ``grader/…``. None and no metrics when it does not.
 
     A grader that fails on a group falls back to ties for it (exactly GRPO) and the fallback is counted.
     """
+    from gagar.grader.base import PositionGuard
+
+    if not config.advantage.algo.uses_grader:
+        return None, {}
+    if grader is None:
+        raise ValueError(f"algo {config.advantage.algo.value!r} ranks with a grader, and none was given")
+    guard = None if config.grader.position_guard is None else PositionGuard(config.grader.position_guard)
+    return rank(
+        grader, tasks, trajectories, results, workspace, guard=guard, repos_dir=repos_dir, progress=progress
+    )
+
+
+def rank(
+    grader: Grader,
+    tasks: Sequence[Task],
+    trajectories: Sequence[Trajectory],
+    results: Iterable[TestResult],
+    workspace: Path,
+    *,
+    guard: PositionGuard | None = None,
+    repos_dir: Path | None = None,
+    progress: bool = False,
+) -> tuple[list[Grade], dict[str, float]]:
+    """What :func:`grade` does once it knows a grader is used: one Grade per group of
+    ``trajectories`` by ``grader`` (twice, in opposite orders, with ``guard``), and ``grader/…``."""
     from gagar.grader.run import grade_groups
 
     task_map = {t.instance_id: t for t in tasks}
     outcome = {r.trajectory_id: r for r in results}
     grades, metrics = grade_groups(
-        grader,
-        task_map,
-        trajectories,
-        outcome,
-        workspace,
-        guard=guard,
-        repos_dir=repos_dir,
+        grader, task_map, trajectories, outcome, workspace, guard=guard, repos_dir=repos_dir,
         progress=progress,
-    )
+    )  # fmt: skip
     return grades, metrics.as_dict()
 
 
@@ -431,17 +489,15 @@ def grade(
 
 
 def advantages(
-    kept_batch: KeptBatch,
-    grades: Sequence[Grade] | None,
-    *,
-    algo: Estimator,
-    config: AdvantageConfig,
+    settings: AdvantageSettings, kept_batch: KeptBatch, grades: Sequence[Grade] | None
 ) -> tuple[list[BatchEntry], dict[str, float]]:
-    """GRPO (or ``algo``'s) advantages of the kept trajectories, as the train batch, and ``advantage/…``.
+    """The advantages of the kept trajectories by ``settings.algo`` (through the estimator registry,
+    with every one of ``settings``' constants), as the train batch, and ``advantage/…``.
 
-    GAGAR needs ``grades``: a passing member its grader did not rank (its group was not graded)
-    ties with its group.
+    An estimator that uses a grader needs ``grades``: a passing member its grader did not rank (its
+    group was not graded) ties with its group.
     """
+    algo, config = settings.algo, settings.estimator_config()
     kept = kept_batch.kept
     ids = [k.trajectory_id for k in kept]
     rewards = np.array([k.reward for k in kept], dtype=np.float64)  # (n_kept,)
@@ -449,7 +505,7 @@ def advantages(
     ranks = scores = None
     if algo.uses_grader:
         if grades is None:
-            raise ValueError(f"algo {algo.value!r} needs the grades of the grade stage")
+            raise ValueError(f"algo {algo.value!r} needs the grades of the grade phase")
         ranks = ranks_for(ids, grades)
         unranked = (rewards > 0) & np.isnan(ranks)
         ranks = np.where(unranked, 1.0, ranks)
@@ -491,8 +547,8 @@ class StepInputs:
     tokenizer: Any
     sandbox: Any
     """The sandbox backend (:class:`gagar.sandbox.base.SandboxBackend`)."""
-    grader: Any | None
-    """The grader (GAGAR only)."""
+    grader: Grader | None
+    """The grader (:func:`make_grader`: None when the estimator uses none)."""
     workspace: Path
     """Scratch directory for the graders' shared group workspaces."""
     checkpoints: Path
@@ -520,98 +576,95 @@ def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
         timings[key] = timings.get(key, 0.0) + time.perf_counter() - start
 
 
+def update(
+    config: TrainConfig,
+    *,
+    policy: Path,
+    trajectories: Sequence[Trajectory],
+    batch: Sequence[BatchEntry],
+    checkpoints: Path,
+    step: int,
+    policy_version: str | None,
+    reference: Path | None,
+) -> dict[str, float]:
+    """One policy update on the train batch by ``config.optim`` (LoRA per ``config.lora``,
+    data-parallel per ``config.distributed`` under torchrun): checkpoint ``step-N`` under
+    ``checkpoints``; ``loss/…`` and ``train/…``. ``reference`` is the frozen policy of the KL term
+    (used only when its coefficient is positive)."""
+    from gagar.train.update import run_update
+
+    return run_update(
+        policy=policy,
+        trajectories=list(trajectories),
+        batch=list(batch),
+        checkpoints=checkpoints,
+        step=step,
+        seed=config.seed,
+        optim=config.optim,
+        reference=reference,
+        keep_last=config.keep_checkpoints,
+        lora=config.lora,
+        policy_version=policy_version,
+        strategy=config.distributed.strategy,
+    )
+
+
 def run_step(
     inputs: StepInputs,
-    config: Any,
+    config: TrainConfig,
     *,
     on_generated: Callable[[int, GeneratedBatch], None] | None = None,
     before_update: Callable[[StepOutput], None] | None = None,
     progress: bool = False,
 ) -> StepOutput:
-    """One RL step with ``config`` (a :class:`gagar.train.config.TrainConfig`).
+    """One RL step with ``config``, every phase in this process.
 
     ``on_generated`` sees each generation batch once evaluated; ``before_update`` sees the step's
     output before the (slow, checkpoint-writing) update, e.g. to save what it has so far.
     """
-    from gagar.grader.base import PositionGuard
-    from gagar.train.update import run_update
-
-    c, step, timings = config, inputs.step, {}
+    timings: dict[str, float] = {}
     rollout_rows: list[dict[str, float]] = []
 
     def generation() -> Iterator[GeneratedBatch]:  # rolled out and evaluated on demand
-        for b in range(c.rollout.max_gen_batches):
-            trajectories = rollout_stream(
-                inputs.generator, inputs.tokenizer, inputs.tasks, step=step, gen_batch=b,
-                groups=c.rollout.gen_batch_groups, group_size=c.rollout.group_size, seed=c.seed,
-                temperature=c.rollout.temperature, top_p=c.rollout.top_p,
-                max_new_tokens=c.rollout.max_new_tokens, policy_version=inputs.policy_version,
-                progress=progress, agent=c.rollout.agent, sandbox=inputs.sandbox,
-            )  # fmt: skip
-            if c.rollout.agent.kind is AgentKind.TOOL_LOOP:
-                # its RUN_TESTS use the sandbox while generating: evaluate after, not beside it
-                with _timed(timings, "perf/rollout_s"):
-                    generated = list(trajectories)
-                with _timed(timings, "perf/sandbox_s"):
-                    batch = generation_batch(generated, evaluate(inputs.tasks, generated, inputs.sandbox))
-            else:
-                batch = evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
+        for b in range(config.rollout.max_gen_batches):
+            batch = generate(config, inputs, b, timings, progress=progress)
             rollout_rows.append(rollout_metrics(batch.trajectories))
             if on_generated is not None:
                 on_generated(b, batch)
             yield batch
 
-    selection = select(
-        generation(),
-        train_batch_groups=c.rollout.train_batch_groups,
-        max_gen_batches=c.rollout.max_gen_batches,
-    )
+    selection = select(generation(), config.rollout)
     metrics = {
         **sandbox_metrics([r for b in selection.batches for r in b.results]),
-        **_mean_rows(rollout_rows),
+        **merge_rollout_metrics(rollout_rows),
     }
-    grades = None
-    if c.advantage.algo.uses_grader:
-        with _timed(timings, "perf/grade_s"):
-            guard = None if c.grader.position_guard is None else PositionGuard(c.grader.position_guard)
-            grades, grade_metrics = grade(
-                inputs.grader, inputs.tasks, selection.trajectories, selection.results, inputs.workspace,
-                guard=guard, progress=progress,
-            )  # fmt: skip
-        metrics |= grade_metrics
+    with _timed(timings, "perf/grade_s"):
+        grades, grade_metrics = grade(
+            config, inputs.grader, inputs.tasks, selection.trajectories, selection.results,
+            inputs.workspace, progress=progress,
+        )  # fmt: skip
+    metrics |= grade_metrics
     with _timed(timings, "perf/redistribute_s"):
-        advantage_config = AdvantageConfig(
-            norm_std=c.advantage.norm_std,
-            decay=c.advantage.decay,
-            gamma=c.advantage.gamma,
-            floor=c.advantage.floor,
-            tiers=c.advantage.tiers,
-        )
-        batch, advantage_metrics = advantages(
-            selection.kept_batch, grades, algo=c.advantage.algo, config=advantage_config
-        )
+        batch, advantage_metrics = advantages(config.advantage, selection.kept_batch, grades)
         metrics |= selection.metrics | advantage_metrics
     output = StepOutput(selection=selection, grades=grades, batch=batch, metrics=metrics, timings=timings)
     if before_update is not None:
         before_update(output)
     with _timed(timings, "perf/train_s"):
-        metrics |= run_update(
+        metrics |= update(
+            config,
             policy=inputs.policy,
             trajectories=selection.trajectories,
             batch=batch,
             checkpoints=inputs.checkpoints,
-            step=step,
-            seed=c.seed,
-            optim=c.optim,
-            reference=Path(c.policy),
-            keep_last=c.keep_checkpoints,
-            lora=c.lora,
+            step=inputs.step,
             policy_version=inputs.policy_version,
+            reference=Path(config.policy),
         )
     return output
 
 
-def _mean_rows(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+def merge_rollout_metrics(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The ``rollout/…`` metrics of several generation batches: counts summed, rates weighted by count."""
     n = sum(row["rollout/trajectories"] for row in rows)
     merged = {"rollout/trajectories": n}

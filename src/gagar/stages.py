@@ -1,19 +1,10 @@
-"""The I/O layer: one function per pipeline stage that reads its inputs, calls its step function
-in :mod:`gagar.rl_step`, and writes its outputs (paths and parameters in, files and a metrics dict out).
+"""The standalone stage commands' file I/O: ``gagar rollout``, ``gagar sandbox run`` and ``gagar grade``
+read their inputs, call one phase of :mod:`gagar.rl_step` and write their outputs (atomically, so
+a command that dies leaves either its previous output or none).
 
-The CLI commands (``gagar rollout``, ``sandbox run``, ``grade``), the KFP components (through
-:mod:`gagar.pipeline.store_stages`, which adds the artifact store) and the Argo entry point all call these;
-no stage's logic lives anywhere else. Every output file is written atomically, so a stage that
-dies leaves either its previous output or none.
-
-Stages and their files, for one RL step::
-
-    rollout      tasks.jsonl + policy/            -> trajectories-<b>.jsonl   (one per generation batch b)
-    sandbox      tasks.jsonl + trajectories-<b>   -> results-<b>.jsonl
-    select       trajectories + results           -> selection.jsonl          (dynamic sampling, once a step)
-    grade        tasks + trajectories + results   -> grades.jsonl             (the selection's groups)
-    redistribute selection + grades               -> batch.jsonl              (advantages)
-    train        policy/ + trajectories + batch   -> checkpoint step-N/       (the next policy)
+These are tools for one stage on its own (sample a predictions file, judge one, grade one); the RL
+step itself runs through :func:`gagar.rl_step.run_step` (``gagar train``) or the pipelines
+(:mod:`gagar.pipeline.store_stages`), never through here.
 """
 
 from __future__ import annotations
@@ -24,31 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gagar import rl_step
-from gagar.advantage import AdvantageConfig, Decay, Estimator
 from gagar.records import read_records, write_records
-from gagar.schema.batch import BatchEntry
-from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
-from gagar.schema.selection import KeptBatch
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from gagar.grader.run import GraderKind
-    from gagar.policy.agent import AgentSettings
     from gagar.sandbox.runner import BackendName
-    from gagar.train.distributed import Strategy
-    from gagar.train.lora import LoraSettings
-    from gagar.train.update import OptimConfig
+    from gagar.train.config import RolloutSettings
 
-__all__ = [
-    "grade_stage",
-    "redistribute_stage",
-    "rollout_stage",
-    "sandbox_stage",
-    "select_stage",
-    "train_stage",
-]
+__all__ = ["grade_stage", "rollout_stage", "sandbox_stage"]
 
 PathLike = str | os.PathLike[str]
 
@@ -58,38 +35,30 @@ def rollout_stage(
     policy: PathLike,
     tasks: PathLike,
     out: PathLike,
+    settings: RolloutSettings,
     step: int,
-    gen_batch: int = 0,
-    groups: int | None = 8,
-    group_size: int = 8,
-    seed: int = 0,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 256,
+    seed: int,
+    every_task: bool = False,
     backend: str = "hf",
     endpoint: str | None = None,
     model_name: str | None = None,
-    progress: bool = True,
-    agent: AgentSettings | None = None,
     sandbox: BackendName | str = "local",
-    sandbox_workers: int | None = None,
+    progress: bool = True,
 ) -> dict[str, float]:
-    """Sample ``group_size`` answers for each of ``groups`` tasks drawn for this generation batch (every
-    task, in file order, when ``groups`` is None) and write them as trajectories; the tool-loop agent
-    runs its visible tests in the ``sandbox`` backend."""
-    from gagar.policy.agent import AgentKind
+    """Sample ``settings.group_size`` answers for each of ``settings.gen_batch_groups`` tasks drawn
+    for ``step`` (every task, in file order, with ``every_task``) and write them as trajectories; an
+    agent that runs the visible tests runs them in the ``sandbox`` backend."""
     from gagar.policy.rollout import make_backend
     from gagar.sandbox.runner import BackendName
     from gagar.sandbox.runner import make_backend as make_sandbox
     from gagar.tasks.loaders import load_tasks
 
     generator, tokenizer = make_backend(str(policy), backend, endpoint=endpoint, model_name=model_name)
-    tool_loop = agent is not None and agent.kind is AgentKind.TOOL_LOOP
+    runs_tests = settings.agent.kind.needs_sandbox
     trajectories = rl_step.rollout(
-        generator, tokenizer, load_tasks(tasks), step=step, gen_batch=gen_batch, groups=groups,
-        group_size=group_size, seed=seed, temperature=temperature, top_p=top_p,
-        max_new_tokens=max_new_tokens, policy_version=model_name or str(policy), progress=progress,
-        agent=agent, sandbox=make_sandbox(BackendName(sandbox), sandbox_workers) if tool_loop else None,
+        settings, generator, tokenizer, load_tasks(tasks), seed=seed, step=step, gen_batch=0,
+        policy_version=model_name or str(policy), every_task=every_task, progress=progress,
+        sandbox=make_sandbox(BackendName(sandbox)) if runs_tests else None,
     )  # fmt: skip
     write_records(out, trajectories)
     return rl_step.rollout_metrics(trajectories)
@@ -119,42 +88,6 @@ def sandbox_stage(
     return rl_step.sandbox_metrics(results)
 
 
-def select_stage(
-    *,
-    trajectories: Sequence[PathLike],
-    results: Sequence[PathLike],
-    out: PathLike,
-    train_batch_groups: int,
-) -> dict[str, float]:
-    """Dynamic sampling over the generation batches in these files (one trajectories and one results
-    file per batch); write what it keeps and its counts as one :class:`KeptBatch` record.
-
-    The only place a step's I/O selects: grade and redistribute both read this file.
-    """
-    if len(trajectories) != len(results):
-        raise ValueError(f"{len(trajectories)} trajectory files but {len(results)} result files")
-    batches = []
-    for t_path, r_path in zip(trajectories, results, strict=True):
-        try:
-            batches.append(
-                rl_step.generation_batch(read_records(t_path, Trajectory), read_records(r_path, TestResult))
-            )
-        except ValueError as exc:
-            raise ValueError(f"{r_path}: {exc}") from None
-    selection = rl_step.select(
-        batches, train_batch_groups=train_batch_groups, max_gen_batches=max(len(batches), 1)
-    )
-    write_records(out, [selection.kept_batch])
-    return dict(selection.metrics)
-
-
-def _read_selection(path: PathLike) -> KeptBatch:
-    found = read_records(path, KeptBatch)
-    if len(found) != 1:
-        raise ValueError(f"{path}: a selection file holds one record, found {len(found)}")
-    return found[0]
-
-
 def grade_stage(
     *,
     tasks: PathLike,
@@ -171,11 +104,9 @@ def grade_stage(
     timeout_s: float = 300.0,
     position_guard: float | None = None,
     repos_dir: PathLike | None = None,
-    selection: PathLike | None = None,
     progress: bool = True,
 ) -> dict[str, float]:
-    """Rank the passing trajectories of each group in ``selection`` (a :func:`select_stage` output;
-    every group when None); write one Grade per group.
+    """Rank the passing trajectories of every group; write one Grade per group.
 
     A grader that fails on a group falls back to ties for that group (exactly GRPO) and the
     fallback is counted. With ``position_guard`` each group is graded twice in opposite orders and
@@ -188,14 +119,11 @@ def grade_stage(
         raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
     kept = [t for path in trajectories for t in read_records(path, Trajectory)]
     outcome = [r for path in results for r in read_records(path, TestResult)]
-    if selection is not None:
-        chosen = {k.trajectory_id for k in _read_selection(selection).kept}
-        kept = [t for t in kept if t.trajectory_id in chosen]
     instance = make_grader(
         grader, model_dir=Path(grader_model) if grader_model is not None else None, endpoint=endpoint,
         model=model, api=api, max_steps=max_steps, timeout_s=timeout_s,  # type: ignore[arg-type]
     )  # fmt: skip
-    grades, metrics = rl_step.grade(
+    grades, metrics = rl_step.rank(
         instance,
         read_records(tasks, Task),
         kept,
@@ -207,72 +135,3 @@ def grade_stage(
     )
     write_records(out, grades)
     return metrics
-
-
-def redistribute_stage(
-    *,
-    selection: PathLike,
-    grades: PathLike | None,
-    out: PathLike,
-    algo: Estimator | str = Estimator.GAGAR,
-    decay: Decay | str = Decay.GEOMETRIC,
-    gamma: float = 0.5,
-    floor: float = 0.1,
-    norm_std: bool = True,
-) -> dict[str, float]:
-    """GRPO or GAGAR advantages of what dynamic sampling kept (``selection``, a :func:`select_stage`
-    output); its ``sampling/…`` counts come back with the ``advantage/…`` metrics."""
-    kept = _read_selection(selection)
-    estimator = Estimator(algo)
-    if estimator.uses_grader and grades is None:
-        raise ValueError(f"algo {estimator.value!r} needs the grades file of the grade stage")
-    graded = read_records(grades, Grade) if estimator.uses_grader and grades is not None else None
-    config = AdvantageConfig(norm_std=norm_std, decay=Decay(decay), gamma=gamma, floor=floor)
-    entries, metrics = rl_step.advantages(kept, graded, algo=estimator, config=config)
-    write_records(out, entries)
-    return {**kept.metrics, **metrics}
-
-
-def train_stage(
-    *,
-    policy: PathLike,
-    trajectories: Sequence[PathLike],
-    batch: PathLike,
-    checkpoints: PathLike,
-    step: int,
-    seed: int = 0,
-    optim: OptimConfig | None = None,
-    reference: PathLike | None = None,
-    keep_last: int = 3,
-    lora: LoraSettings | None = None,
-    policy_version: str | None = None,
-    strategy: Strategy | str = "ddp",
-) -> dict[str, float]:
-    """One policy update on the train batch; writes checkpoint ``step-N`` (model, optimizer, RNG) atomically.
-
-    Under ``torchrun`` every process calls this alike: a data-parallel update (``strategy`` ddp or
-    fsdp) equal to one process's, the checkpoint written by rank 0.
-
-    The optimizer state continues from the latest checkpoint under ``checkpoints`` when there is
-    one; the weights come from ``policy`` (the directory the step's rollouts were sampled from);
-    ``reference`` is the frozen policy of the KL term, used only when its coefficient is positive.
-    ``lora`` trains an adapter instead of every weight; ``policy_version``, when set, is the
-    version every trajectory must have been sampled by. See :func:`gagar.train.update.run_update`.
-    """
-    from gagar.train.distributed import Strategy
-    from gagar.train.update import run_update
-
-    return run_update(
-        policy=Path(policy),
-        trajectories=[t for path in trajectories for t in read_records(path, Trajectory)],
-        batch=read_records(batch, BatchEntry),
-        checkpoints=Path(checkpoints),
-        step=step,
-        seed=seed,
-        optim=optim,
-        reference=Path(reference) if reference is not None else None,
-        keep_last=keep_last,
-        lora=lora,
-        policy_version=policy_version,
-        strategy=Strategy(strategy),
-    )

@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from argo_local import run_in_process, run_subprocess, run_workflow
 
+from fixtures.argo_local import run_in_process, run_subprocess, run_workflow
 from fixtures.services import S3RVER_KEY, S3rver
 from gagar.pipeline import store
 from gagar.pipeline.argo import build_workflow

@@ -10,6 +10,7 @@ import typer
 
 from gagar.policy.agent import AgentKind, AgentSettings
 from gagar.sandbox.runner import BackendName
+from gagar.train.config import RolloutSettings
 
 __all__ = ["app", "rollout"]
 
@@ -18,18 +19,33 @@ app = typer.Typer(
 )
 
 
+def _default(model: type, name: str) -> str:
+    """`` [default: …]`` of a settings field, for a help text (the default is declared there only)."""
+    value = model.model_fields[name].get_default(call_default_factory=True)
+    return f" (default: {getattr(value, 'value', value)})" if value is not None else " (default: unset)"
+
+
 AGENT_OPTION = typer.Option(
-    AgentKind.SINGLE, "--agent", help="single (one SEARCH/REPLACE answer) or tool-loop (multi-turn)."
+    None,
+    "--agent",
+    help="single (one SEARCH/REPLACE answer) or tool-loop (multi-turn)." + _default(AgentSettings, "kind"),
+    show_default=False,
 )
-MAX_TURNS_OPTION = typer.Option(8, "--max-turns", min=1, help="Tool loop: most assistant turns.")
+MAX_TURNS_OPTION = typer.Option(
+    None, "--max-turns", min=1, help="Tool loop: most assistant turns." + _default(AgentSettings, "max_turns")
+)
 MAX_TOKENS_OPTION = typer.Option(
-    2048,
+    None,
     "--max-trajectory-tokens",
     min=16,
-    help="Tool loop: most tokens of a conversation (prompt included).",
+    help="Tool loop: most tokens of a conversation (prompt included)."
+    + _default(AgentSettings, "max_tokens"),
 )
 MAX_SECONDS_OPTION = typer.Option(
-    600.0, "--max-trajectory-seconds", min=0.001, help="Tool loop: wall-clock budget of a conversation."
+    None,
+    "--max-trajectory-seconds",
+    min=0.001,
+    help="Tool loop: wall-clock budget of a conversation." + _default(AgentSettings, "max_seconds"),
 )
 MAX_LIVE_OPTION = typer.Option(
     None,
@@ -38,6 +54,13 @@ MAX_LIVE_OPTION = typer.Option(
     help="Tool loop: most conversations advancing together; the rest wait, their clock not started "
     "(default: all).",
 )
+
+
+def agent_settings(**given: object) -> AgentSettings:
+    """The agent settings the options name, the rest at their defaults."""
+    return AgentSettings(**{k: v for k, v in given.items() if v is not None})
+
+
 SANDBOX_OPTION = typer.Option(
     BackendName.LOCAL, "--sandbox", help="Where the tool loop's RUN_TESTS run (visible tests only)."
 )
@@ -82,12 +105,8 @@ def sft(
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
     threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
-    agent: AgentKind = typer.Option(
-        AgentKind.SINGLE,
-        "--agent",
-        help="The agent the demonstrations teach: single or tool-loop (multi-turn).",
-    ),
-    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    agent: AgentKind | None = AGENT_OPTION,
+    max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     correction_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Tool loop: share of clean demonstrations with an edit later corrected."
     ),
@@ -106,7 +125,7 @@ def sft(
         "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
-    chosen["agent"] = AgentSettings(kind=agent, max_tokens=max_trajectory_tokens)
+    chosen["agent"] = agent_settings(kind=agent, max_tokens=max_trajectory_tokens)
     lora_given = {
         "enabled": lora,
         "rank": lora_rank,
@@ -159,9 +178,9 @@ def evaluate(
     max_new_tokens: int = typer.Option(256, min=1, help="Longest answer."),
     seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     workers: int | None = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
-    agent: AgentKind = AGENT_OPTION,
-    max_turns: int = MAX_TURNS_OPTION,
-    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    agent: AgentKind | None = AGENT_OPTION,
+    max_turns: int | None = MAX_TURNS_OPTION,
+    max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
 ) -> None:
@@ -169,12 +188,12 @@ def evaluate(
     from gagar.experiment.config import EvalSettings
     from gagar.experiment.evaluation import evaluate_policy
 
-    agent_settings = AgentSettings(
+    chosen = agent_settings(
         kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
         max_live=max_live,
     )  # fmt: skip
     settings = EvalSettings(
-        samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens, agent=agent_settings
+        samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens, agent=chosen
     )
     summary = evaluate_policy(
         policy=policy,
@@ -215,16 +234,24 @@ def rollout(
     policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
     tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Tasks (JSONL)."),
     out: Path = typer.Option(..., "--out", help="Trajectories (JSONL), written atomically."),
-    group_size: int = typer.Option(4, "--group-size", help="Answers sampled per task (G)."),
+    group_size: int | None = typer.Option(
+        None, "--group-size", help="Answers sampled per task (G)." + _default(RolloutSettings, "group_size")
+    ),
     groups: int | None = typer.Option(
         None,
         "--groups",
         min=1,
-        help="Tasks drawn (seeded by --seed and --step) [default: every task, in order].",
+        help="Tasks drawn (seeded by --seed and --step) (default: every task, in order).",
     ),
-    temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    top_p: float = typer.Option(1.0, help="Nucleus sampling mass."),
-    max_new_tokens: int = typer.Option(256, help="Most tokens per answer."),
+    temperature: float | None = typer.Option(
+        None, help="Sampling temperature." + _default(RolloutSettings, "temperature")
+    ),
+    top_p: float | None = typer.Option(
+        None, help="Nucleus sampling mass." + _default(RolloutSettings, "top_p")
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None, help="Most tokens per answer." + _default(RolloutSettings, "max_new_tokens")
+    ),
     seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     step: int = typer.Option(0, help="RL step recorded in the trajectories."),
     backend: Backend = typer.Option(Backend.HF, help="Generation backend."),
@@ -232,9 +259,9 @@ def rollout(
     model_name: str | None = typer.Option(
         None, help="Served model name (openai backend; default: DIR name)."
     ),
-    agent: AgentKind = AGENT_OPTION,
-    max_turns: int = MAX_TURNS_OPTION,
-    max_trajectory_tokens: int = MAX_TOKENS_OPTION,
+    agent: AgentKind | None = AGENT_OPTION,
+    max_turns: int | None = MAX_TURNS_OPTION,
+    max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
     sandbox: BackendName = SANDBOX_OPTION,
@@ -242,14 +269,18 @@ def rollout(
     """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
     from gagar.stages import rollout_stage
 
-    settings = AgentSettings(
-        kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
-        max_live=max_live,
-    )  # fmt: skip
+    given = {
+        "group_size": group_size, "gen_batch_groups": groups, "temperature": temperature, "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "agent": agent_settings(
+            kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens,
+            max_seconds=max_trajectory_seconds, max_live=max_live,
+        ),
+    }  # fmt: skip
     metrics = rollout_stage(
-        policy=policy, tasks=tasks, out=out, step=step, groups=groups, group_size=group_size, seed=seed,
-        temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, backend=backend.value,
-        endpoint=endpoint, model_name=model_name, agent=settings, sandbox=sandbox,
+        policy=policy, tasks=tasks, out=out, step=step, seed=seed, every_task=groups is None,
+        settings=RolloutSettings(**{k: v for k, v in given.items() if v is not None}),
+        backend=backend.value, endpoint=endpoint, model_name=model_name, sandbox=sandbox,
     )  # fmt: skip
     n = int(metrics["rollout/trajectories"])
     parsed = round(metrics["rollout/parse_rate"] * n)

@@ -38,13 +38,20 @@ def train(
     max_turns: int | None = typer.Option(
         None, "--max-turns", min=1, help="Tool loop: most turns [env: GAGAR_ROLLOUT__AGENT__MAX_TURNS]."
     ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Override one setting, path=value (repeatable), e.g. rollout.group_size=8."
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint."),
 ) -> None:
     """Train the policy with GRPO or GAGAR; command line > environment > config file > defaults."""
-    from gagar.train.config import load_config
+    from gagar.train.config import load_config, parse_overrides
     from gagar.train.trainer import train as run_training
 
-    overrides: dict[str, Any] = {
+    try:
+        overrides: dict[str, Any] = parse_overrides(set_)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--set") from None
+    overrides |= {
         k: v
         for k, v in {
             "steps": steps,
@@ -56,13 +63,11 @@ def train(
         if v is not None
     }
     if algo is not None:
-        overrides["advantage"] = {"algo": algo}
+        overrides.setdefault("advantage", {})["algo"] = algo
     grader_overrides = {k: v for k, v in {"kind": grader, "model": grader_model}.items() if v is not None}
-    if grader_overrides:
-        overrides["grader"] = grader_overrides
+    overrides.setdefault("grader", {}).update(grader_overrides)
     agent_overrides = {k: v for k, v in {"kind": agent, "max_turns": max_turns}.items() if v is not None}
-    if agent_overrides:
-        overrides["rollout"] = {"agent": agent_overrides}
+    overrides.setdefault("rollout", {}).setdefault("agent", {}).update(agent_overrides)
     try:
         settings = load_config(config, overrides)
     except ValueError as exc:
@@ -78,71 +83,41 @@ def train(
 
 
 def update(
+    settings: str = typer.Option(
+        ...,
+        "--settings",
+        help="The run's pipeline parameters as a JSON object (a file or a store URI): its training config.",
+    ),
     policy: str = typer.Option(
-        ..., "--policy", help="The policy the batch was sampled from (directory or store ref)."
+        ..., "--policy", help="The policy the batch was sampled from (directory or store reference)."
     ),
-    trajectories: list[str] = typer.Option(..., "--trajectories", help="Trajectories JSONL (repeatable)."),
-    batch: str = typer.Option(..., "--batch", help="Train batch JSONL."),
+    trajectories: str = typer.Option(..., "--trajectories", help="Trajectories JSONL (a file or store URI)."),
+    batch: str = typer.Option(..., "--batch", help="Train batch JSONL (a file or store URI)."),
     step: int = typer.Option(..., "--step", min=0, help="The RL step of this update."),
-    checkpoints: Path | None = typer.Option(
-        None, "--checkpoints", help="Checkpoint root (without --storage)."
-    ),
-    storage: str | None = typer.Option(
-        None, "--storage", help="Run store: fetch the inputs from it, publish checkpoint step-N to it."
-    ),
-    model: str | None = typer.Option(None, "--model", help="With --storage: the initial policy (LoRA base)."),
-    seed: int = typer.Option(0, "--seed", help="Run seed (minibatch order)."),
-    lr: float = typer.Option(2e-5, "--lr", help="AdamW learning rate."),
-    epochs: int = typer.Option(1, "--epochs", min=1, help="Passes over the batch."),
-    minibatch_size: int = typer.Option(
-        16, "--minibatch-size", min=1, help="Trajectories per optimizer step."
-    ),
-    keep_last: int = typer.Option(3, "--keep-last", min=1, help="Checkpoints kept (without --storage)."),
-    lora: bool = typer.Option(False, "--lora/--no-lora", help="Train a LoRA adapter."),
-    lora_rank: int = typer.Option(8, "--lora-rank", min=1, help="LoRA rank."),
-    lora_alpha: float = typer.Option(16.0, "--lora-alpha", help="LoRA alpha."),
-    strategy: str = typer.Option("ddp", "--strategy", help="ddp or fsdp (under torchrun)."),
     policy_version: str | None = typer.Option(
-        None, "--policy-version", help="Refuse other versions' samples."
+        None, "--policy-version", help="Refuse samples of any other policy version."
     ),
 ) -> None:
-    """One policy update on a train batch, writing checkpoint step-N; data-parallel under torchrun.
+    """One policy update of a pipeline run, publishing checkpoint step-N to its store; data-parallel
+    under torchrun (what the train stage runs on several processes or a TrainJob's nodes).
 
     ``torchrun --nproc-per-node N -m gagar train-update ...`` runs it on N processes (gloo on CPU,
     nccl on GPUs): the same loss and token-mean as one process, the checkpoint written by rank 0.
-    With --storage the inputs may be store URIs and rank 0 publishes the checkpoint there (what the
-    train stage's TrainJob runs).
     """
+    import json
     import logging
+    import tempfile
 
-    from gagar.train.distributed import Strategy
-    from gagar.train.lora import LoraSettings
-    from gagar.train.update import OptimConfig
+    from gagar.pipeline import store
+    from gagar.pipeline.store_stages import update as update_in_store
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    optim = OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size)
-    settings = LoraSettings(enabled=lora, rank=lora_rank, alpha=lora_alpha)
-    try:
-        if storage is not None:
-            from gagar.pipeline.store_stages import update as update_in_store
-
-            if len(trajectories) != 1:
-                raise ValueError("with --storage give one --trajectories file")
-            metrics = update_in_store(
-                storage=storage, policy=policy, model=model or policy, trajectories=trajectories[0],
-                batch=batch, step=step, seed=seed, optim=optim, lora=settings, policy_version=policy_version,
-                strategy=Strategy(strategy),
-            )  # fmt: skip
-        else:
-            from gagar.stages import train_stage
-
-            if checkpoints is None:
-                raise ValueError("give --checkpoints (or --storage)")
-            metrics = train_stage(
-                policy=policy, trajectories=trajectories, batch=batch, checkpoints=checkpoints, step=step,
-                seed=seed, optim=optim, keep_last=keep_last, lora=settings, policy_version=policy_version,
-                strategy=Strategy(strategy),
-            )  # fmt: skip
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    with tempfile.TemporaryDirectory() as tmp:
+        values = json.loads(
+            store.fetch_file(settings, Path(tmp) / "settings.json").read_text(encoding="utf-8")
+        )
+    metrics = update_in_store(
+        settings=values, policy=policy, trajectories=trajectories, batch=batch, step=step,
+        policy_version=policy_version,
+    )  # fmt: skip
     typer.echo(f"step {step}: loss {metrics.get('loss/total', float('nan')):.6f}")

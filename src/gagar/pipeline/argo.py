@@ -25,19 +25,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from gagar.pipeline.argo_entry import IO_ROOT
-from gagar.pipeline.graph import (
-    DEFAULT_MAX_GEN_BATCHES,
-    PARAMETERS,
-    REFILL,
-    RL_STEP,
-    ParameterValue,
-    Stage,
-    describe,
-    generation_stages,
-    stage,
-)
+from gagar.pipeline.argo_entry import IO_ROOT, setting_argument
+from gagar.pipeline.graph import DEFAULT_MAX_GEN_BATCHES, REFILL, RL_STEP, Stage, generation_stages, stage
 from gagar.pipeline.images import stage_image
+from gagar.pipeline.parameters import PARAMETERS, ParameterValue
 from gagar.pipeline.platform import SETTINGS_KEYS, PlatformOptions
 
 __all__ = [
@@ -179,7 +170,8 @@ def _env(spec: Stage, platform: PlatformOptions) -> list[dict[str, Any]]:
 
 def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOptions) -> dict[str, Any]:
     """The template of one stage: a container in its image running ``argo_entry``."""
-    values = [name for name, _ in spec.parameters] + list(spec.value_inputs)
+    values = [setting_argument(p.name) for p in PARAMETERS]  # every stage takes the settings whole
+    values += list(spec.value_inputs)
     values += ["gen_batch"] if spec.takes_gen_batch else []
     files = spec.artifact_inputs
     container: dict[str, Any] = {
@@ -260,7 +252,10 @@ def _depends(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: in
 def _dag_task(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: int) -> dict[str, Any]:
     """Step ``index``'s task of stage ``spec`` (of generation batch ``gen_batch`` for a per-batch
     stage): parameters from the workflow, inputs from earlier tasks."""
-    parameters = [{"name": n, "value": f"{{{{workflow.parameters.{p}}}}}"} for n, p in spec.parameters]
+    parameters = [
+        {"name": setting_argument(p.name), "value": f"{{{{workflow.parameters.{p.name}}}}}"}
+        for p in PARAMETERS
+    ]
     if spec.takes_gen_batch:
         parameters.append({"name": "gen_batch", "value": str(gen_batch)})
     artifacts = []
@@ -309,7 +304,7 @@ def _workflow_spec(
     for p in PARAMETERS:
         value = given.get(p.name, None if p.default is None else format_value(p.default))
         entry: dict[str, Any] = {"name": p.name} if value is None else {"name": p.name, "value": value}
-        arguments.append(entry | {"description": describe(p)})
+        arguments.append(entry | {"description": p.description})
     dag = [task for i in range(steps_per_run) for task in _step_tasks(i, max_gen_batches)]
     spec: dict[str, Any] = {
         "entrypoint": "rl",

@@ -6,7 +6,7 @@ input artifacts are files at ``DIR/inputs/<argument>`` (Argo downloads them ther
 are written to ``DIR/outputs/<name>`` and output values to ``DIR/outputs/<name>`` as text (Argo
 uploads and reads them from there). Metrics travel as a JSON object ``{name: value}``, the
 ``metadata`` of KFP's ``Metrics`` artifact. Every ``name=value`` is converted to the type its
-pipeline parameter or source output declares.
+source output declares; the pipeline's parameters travel as text in the stage's ``settings``.
 """
 
 from __future__ import annotations
@@ -18,37 +18,30 @@ from pathlib import Path
 from typing import Any
 
 from gagar.pipeline import store_stages
-from gagar.pipeline.graph import RL_STEP, Stage, parameter, stage
+from gagar.pipeline.graph import RL_STEP, SETTINGS, Stage, stage
+from gagar.pipeline.parameters import PARAMETERS
 
-__all__ = ["IO_ROOT", "convert", "main", "parse_arguments", "run_stage"]
+__all__ = ["IO_ROOT", "SETTING_PREFIX", "main", "parse_arguments", "run_stage", "setting_argument"]
+
+SETTING_PREFIX = "setting-"
+"""How a template names a pipeline parameter among its inputs: ``setting-rollout_group_size`` (the
+hyphen keeps it apart from any stage argument, ``policy`` included)."""
+_PARAMETER_NAMES = frozenset(p.name for p in PARAMETERS)
+
+
+def setting_argument(name: str) -> str:
+    """The template input (and ``name=value`` argument) that carries pipeline parameter ``name``."""
+    return f"{SETTING_PREFIX}{name}"
+
 
 USAGE = "gagar.pipeline.argo_entry STAGE [--io-root DIR] name=value ..."
 IO_ROOT = "/tmp/gagar"
 """Where a stage's pod keeps its input and output files (an emptyDir volume mounted at ``/tmp``)."""
 
 
-def convert(value: str, kind: type) -> Any:
-    """``value`` (a string Argo substituted) as ``kind``: str, int, float or bool ("true"/"false").
-
-    Raises:
-        ValueError: the text is not a value of that type.
-    """
-    if kind is bool:
-        lowered = value.strip().lower()
-        if lowered not in ("true", "false"):
-            raise ValueError(f"expected true or false, got {value!r}")
-        return lowered == "true"
-    if kind in (int, float, str):
-        return kind(value)
-    raise ValueError(f"unsupported parameter type {kind!r}")
-
-
 def _argument_type(spec: Stage, argument: str) -> type:
     if argument == "gen_batch" and spec.takes_gen_batch:
         return int
-    for name, source in spec.parameters:
-        if name == argument:
-            return parameter(source).type
     for name, source, output in spec.inputs:
         if name == argument:
             kind = stage(source).output_type(output)
@@ -59,29 +52,47 @@ def _argument_type(spec: Stage, argument: str) -> type:
 
 
 def parse_arguments(spec: Stage, items: Sequence[str]) -> dict[str, Any]:
-    """``["groups=16", ...]`` -> ``{"groups": 16, ...}``, every value typed and none missing.
+    """``["setting-rollout_group_size=4", "step=0", ...]`` -> the stage's keyword arguments: the
+    pipeline's parameters gathered into ``settings`` (text, read by the stage), the rest typed; none
+    missing.
 
     Raises:
         ValueError: an item without ``=``, an unknown or repeated argument, a bad value, or a
             missing one (every parameter and every input value must be given).
     """
     values: dict[str, Any] = {}
+    settings: dict[str, str] = {}
     for item in items:
         name, sep, text = item.partition("=")
         if not sep:
             raise ValueError(f"{spec.name}: argument {item!r} is not name=value")
         if name in values:
             raise ValueError(f"{spec.name}: argument {name!r} is given twice")
+        if name.startswith(SETTING_PREFIX):
+            parameter = name.removeprefix(SETTING_PREFIX)
+            if parameter not in _PARAMETER_NAMES:
+                raise ValueError(f"{spec.name}: unknown pipeline parameter {parameter!r}")
+            if parameter in settings:
+                raise ValueError(f"{spec.name}: argument {name!r} is given twice")
+            settings[parameter] = text
+            continue
         try:
-            values[name] = convert(text, _argument_type(spec, name))
+            values[name] = _typed(text, _argument_type(spec, name))
         except ValueError as exc:
             raise ValueError(f"{spec.name}: argument {name}: {exc}") from None
-    expected = {name for name, _ in spec.parameters} | set(spec.value_inputs)
-    expected |= {"gen_batch"} if spec.takes_gen_batch else set()
-    missing = sorted(expected - set(values))
+    expected = set(spec.value_inputs) | ({"gen_batch"} if spec.takes_gen_batch else set())
+    missing = sorted(expected - set(values)) + sorted(map(setting_argument, _PARAMETER_NAMES - set(settings)))
     if missing:
         raise ValueError(f"{spec.name}: missing arguments {', '.join(missing)}")
-    return values
+    return {SETTINGS: settings, **values}
+
+
+def _typed(text: str, kind: type) -> Any:
+    if kind is bool:
+        if text.strip().lower() not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.strip().lower() == "true"
+    return kind(text)
 
 
 class _MetricsFile:

@@ -8,12 +8,14 @@ defaulted from the field, described by its documentation. Every stage receives t
 the pipeline runs exactly the settings ``gagar train`` would with the same values.
 
 KFP parameters cannot be unset: a field whose default is unset (``None``) becomes a text parameter
-that is empty when unset. Lists and tuples travel as JSON text.
+that is empty when unset. Lists and tuples travel as comma-separated text. KFP hands a stage its
+``settings`` inside a JSON document it assembles by substitution, so text parameters hold no
+double quote and no backslash (refused with the parameter's name).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import types
 import typing
@@ -36,6 +38,7 @@ __all__ = [
     "config_from_parameters",
     "convert",
     "parameter",
+    "parameters_from_config",
 ]
 
 ParameterValue = Union[str, int, float, bool]  # noqa: UP007 (a runtime alias of the KFP parameter types)
@@ -66,8 +69,9 @@ class Parameter:
     parameter of the pipeline alone (:data:`PIPELINE_ONLY`)."""
     choices: tuple[str, ...] = ()
     """The values it may take, where the setting is an enumeration."""
-    encoding: Literal["plain", "optional", "json"] = "plain"
-    """How the setting's value is written: as it is, as text that is empty when unset, or as JSON."""
+    encoding: Literal["plain", "optional", "list"] = "plain"
+    """How the setting's value is written: as it is, as text that is empty when unset, or as
+    comma-separated items."""
 
 
 PIPELINE_ONLY = (
@@ -131,7 +135,7 @@ def _parameter(path: str, info: FieldInfo) -> Parameter:
     elif typing.get_origin(annotation) is Literal:
         choices = tuple(str(a) for a in typing.get_args(annotation))
     required = info.is_required()
-    if optional or default is None and not required:
+    if optional or (default is None and not required):
         encoding, kind, value = "optional", str, "" if default is None else _text(default)
         description += " Leave empty to unset."
     elif choices or annotation is Path or annotation is str:
@@ -139,8 +143,8 @@ def _parameter(path: str, info: FieldInfo) -> Parameter:
     elif annotation in _SCALARS:
         encoding, kind, value = "plain", annotation, None if required else default
     else:  # lists, tuples
-        encoding, kind, value = "json", str, None if required else _text(default)
-        description += " A JSON list."
+        encoding, kind, value = "list", str, None if required else _text(default)
+        description += " Comma-separated."
     if choices:
         description += f" One of: {', '.join(choices)}."
     return Parameter(
@@ -158,7 +162,7 @@ def _text(value: Any) -> str:
     if isinstance(value, Enum):
         return str(value.value)
     if isinstance(value, list | tuple):
-        return json.dumps(list(value))
+        return ",".join(str(item) for item in value)
     return str(value)
 
 
@@ -192,7 +196,8 @@ def parameter(name: str) -> Parameter:
         import difflib
 
         close = difflib.get_close_matches(name, _BY_NAME, n=3)
-        hint = f"; did you mean {' or '.join(close)}?" if close else "; `gagar pipeline parameters` lists them"
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        hint += " (gagar pipeline parameters lists them)"
         raise ValueError(f"unknown pipeline parameter {name!r}{hint}")
     return found
 
@@ -207,29 +212,32 @@ def convert(name: str, value: Any) -> ParameterValue:
     if isinstance(value, p.type) and not (p.type is int and isinstance(value, bool)):
         return value
     text = str(value).strip()
+    if p.type is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"parameter {name}: expected true or false, got {str(value)!r}")
+        return text.lower() == "true"
+    if p.type is str:
+        if '"' in text or "\\" in text:
+            raise ValueError(f"parameter {name}: text holds no double quote or backslash, got {text!r}")
+        return text
     try:
-        if p.type is bool:
-            if text.lower() not in ("true", "false"):
-                raise ValueError("expected true or false")
-            return text.lower() == "true"
-        if p.type is int:
-            number = float(text)
-            if not number.is_integer():
-                raise ValueError("expected a whole number")
-            return int(number)
-        return p.type(text)
-    except ValueError as exc:
-        raise ValueError(f"parameter {name}: {exc}, got {str(value)!r}") from None
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if p.type is int:
+        if not number.is_integer():
+            raise ValueError(f"parameter {name}: expected a whole number, got {str(value)!r}")
+        return int(number)
+    if math.isnan(number):
+        raise ValueError(f"parameter {name}: expected a number, got {str(value)!r}")
+    return number
 
 
 def _setting_value(p: Parameter, value: ParameterValue) -> Any:
     if p.encoding == "optional":
         return None if value == "" else value
-    if p.encoding == "json":
-        try:
-            return json.loads(str(value))
-        except json.JSONDecodeError:
-            raise ValueError(f"parameter {p.name}: expected a JSON list, got {value!r}") from None
+    if p.encoding == "list":
+        return [item.strip() for item in str(value).split(",") if item.strip()]
     return value
 
 
@@ -256,7 +264,7 @@ def config_from_parameters(values: Mapping[str, Any], *, run_dir: str | Path = "
         for section in sections:
             target = target.setdefault(section, {})
         target[leaf] = _setting_value(p, convert(name, raw))
-    missing = [p.name for p in PARAMETERS if p.setting is not None and p.default is None and p.name not in values]
+    missing = [p.name for p in PARAMETERS if p.setting and p.default is None and p.name not in values]
     if missing:
         raise ValueError(f"missing pipeline parameter(s): {', '.join(missing)}")
     try:
@@ -265,3 +273,22 @@ def config_from_parameters(values: Mapping[str, Any], *, run_dir: str | Path = "
         first = exc.errors()[0]
         name = "_".join(str(part) for part in first["loc"])
         raise ValueError(f"parameter {name}: {first['msg']}") from None
+
+
+def parameters_from_config(config: Any) -> dict[str, ParameterValue]:
+    """The pipeline parameters that describe ``config`` (a TrainConfig): every setting parameter,
+    so :func:`config_from_parameters` gives the same config back (``run_dir`` aside)."""
+    values: dict[str, ParameterValue] = {}
+    for p in PARAMETERS:
+        if p.setting is None:
+            continue
+        value: Any = config
+        for part in p.setting.split("."):
+            value = getattr(value, part)
+        if value is None:
+            values[p.name] = ""
+        elif isinstance(value, Enum | Path) or p.type is str:
+            values[p.name] = _text(value)
+        else:
+            values[p.name] = p.type(value)
+    return values

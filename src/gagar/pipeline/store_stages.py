@@ -1,12 +1,14 @@
-"""What each pipeline component does: artifact-store I/O around one call into :mod:`gagar.stages`.
+"""What each stage of the pipelines does: one phase of :mod:`gagar.rl_step`, with the artifact store
+and the stage's files at its edges.
 
-A component body is one call into this module, so the components stay declarations (inputs,
-outputs, image) and everything here runs and is tested without KFP. Each function returns the
-stage's metrics plus ``perf/<stage>_s``, the seconds the stage function itself took: the rest of a
-task's wall time (process start, imports, KFP's executor, store transfers) is orchestration overhead.
-
-KFP parameters cannot be unset, so an empty string or 0 stands for "unset" in the pipeline
-parameters; :func:`unset` turns them back into None at this boundary.
+Every function here reads its inputs, rebuilds the run's :class:`~gagar.train.config.TrainConfig`
+from the pipeline's parameters (``settings``, every stage gets them all:
+:func:`gagar.pipeline.parameters.config_from_parameters`), calls the phase ``gagar train`` calls in
+process, and writes its outputs; none decides anything the phase does not. The KFP components
+and the Argo entry point call these with the names of :data:`gagar.pipeline.graph.RL_STEP`, so
+the components stay declarations (inputs, outputs, image). Each returns the stage's metrics plus
+``perf/<phase>_s``, the seconds the phase itself took: the rest of a task's wall time (process
+start, imports, KFP's executor, store transfers) is orchestration overhead.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 
 from gagar.pipeline.warm_stages import LazyModule, warm
 from gagar.scratch import scratch_root
 
 # Imported on first use: a task that hands its call to the warm stage server never needs them.
-stages = LazyModule("gagar.stages")
+rl_step = LazyModule("gagar.rl_step")
 store = LazyModule("gagar.pipeline.store")
 report = LazyModule("gagar.pipeline.report")
+records = LazyModule("gagar.records")
 
 __all__ = [
     "RL_STAGES",
@@ -42,13 +46,16 @@ __all__ = [
     "rollout",
     "sandbox",
     "select",
+    "step_config",
     "train",
     "unset",
+    "update",
 ]
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+Settings = Mapping[str, Any]
+"""The pipeline's parameters by name, as a stage receives them (values may arrive as text)."""
 
 
 class MetricsSink(Protocol):
@@ -57,8 +64,8 @@ class MetricsSink(Protocol):
     def log_metric(self, metric: str, value: float) -> None: ...
 
 
-def unset(value: T) -> T | None:
-    """None for a KFP parameter left at its "unset" value ("" or 0), else the value."""
+def unset(value: Any) -> Any:
+    """None for a parameter left at its "unset" value ("" or 0), else the value."""
     return None if value in ("", 0) else value
 
 
@@ -69,23 +76,57 @@ def log_metrics(sink: MetricsSink, metrics: Mapping[str, float]) -> None:
             sink.log_metric(key, float(value))
 
 
-def _timed(name: str, call: Callable[[], dict[str, float]]) -> dict[str, float]:
+def step_config(settings: Settings) -> Any:
+    """The run's :class:`~gagar.train.config.TrainConfig` from the pipeline's parameters."""
+    from gagar.pipeline.parameters import config_from_parameters
+
+    return config_from_parameters(settings, run_dir=scratch_root())
+
+
+def _storage(settings: Settings) -> str:
+    return store.normalise_storage(str(settings["storage"]))
+
+
+@contextmanager
+def _timed(metrics: dict[str, float], phase: str) -> Iterator[None]:
     start = time.perf_counter()
-    metrics = dict(call())
-    metrics[f"perf/{name}_s"] = time.perf_counter() - start
-    return metrics
+    try:
+        yield
+    finally:
+        metrics[f"perf/{phase}_s"] = metrics.get(f"perf/{phase}_s", 0.0) + time.perf_counter() - start
+
+
+def _run_timed(phase: str, call: Callable[[], dict[str, float]]) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    with _timed(metrics, phase):
+        returned = call()
+    return returned | metrics
+
+
+def _read(path: str | Path, model: Any) -> list[Any]:
+    return records.read_records(path, model)
+
+
+def _kept_batch(path: str | Path) -> Any:
+    from gagar.schema.selection import KeptBatch
+
+    found = _read(path, KeptBatch)
+    if len(found) != 1:
+        raise ValueError(f"{path}: a selection file holds one record, found {len(found)}")
+    return found[0]
 
 
 @warm
-def prepare(*, storage: str, model: str, tasks_uri: str, tasks: str) -> store.StepStart:
-    """Copy the tasks into ``tasks`` as JSONL (validated) and find the step's start in the store."""
-    from gagar.records import write_records
+def prepare(*, settings: Settings, tasks: str) -> Any:
+    """Validate the run's settings, copy its tasks into ``tasks`` as JSONL (validated) and find the
+    step's start in the store (its number, the policy it samples from)."""
     from gagar.tasks.loaders import load_tasks
 
+    config = step_config(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        local = store.fetch_file(tasks_uri, Path(tmp) / Path(tasks_uri).name)
-        write_records(tasks, load_tasks(local))
-    start = store.resolve_start(store.normalise_storage(storage), model)
+        local = store.fetch_file(str(config.tasks), Path(tmp) / config.tasks.name)
+        records.write_records(tasks, load_tasks(local))
+    start = store.resolve_start(_storage(settings), str(config.policy))
     log.info("step %d samples from %s", start.step, start.policy)
     return start
 
@@ -95,14 +136,9 @@ def is_checkpoint(policy: str, storage: str) -> bool:
     return policy.startswith(f"{storage.rstrip('/')}/{store.CHECKPOINTS}/")
 
 
-def served_version(*, policy: str, storage: str, step: int, served_model: str) -> str:
-    """The policy version the warm server samples step ``step`` under: its base model
-    (``served_model``) before any update, then ``policy-step-N`` (N updates done, N = ``step``): the
-    adapter of checkpoint ``step-(N-1)``, which the train stage published. The same names the
-    in-process trainer uses."""
-    from gagar.policy.adapter import adapter_version
-
-    return adapter_version(step) if is_checkpoint(policy, store.normalise_storage(storage)) else served_model
+def _updates_before(policy: str, storage: str, step: int) -> int:
+    """Updates done before ``step`` samples: ``step`` when it samples a checkpoint, else 0."""
+    return step if is_checkpoint(policy, storage) else 0
 
 
 ADAPTER_WAIT_S = 300.0
@@ -111,143 +147,119 @@ ADAPTER_WAIT_S = 300.0
 
 @warm
 def rollout(
-    *,
-    policy: str,
-    tasks: str,
-    trajectories: str,
-    step: int,
-    gen_batch: int = 0,
-    backend: str = "hf",
-    endpoint: str = "",
-    storage: str = "",
-    served_model: str = "policy",
-    adapters_dir: str = "",
-    agent: str = "single",
-    max_turns: int = 8,
-    max_trajectory_tokens: int = 2048,
-    max_trajectory_seconds: float = 600.0,
-    max_live_conversations: int = 0,
-    sandbox: str = "local",
-    sandbox_workers: int = 0,
-    **options: Any,
+    *, settings: Settings, policy: str, tasks: str, trajectories: str, step: int, gen_batch: int
 ) -> dict[str, float]:
-    """Download the policy and sample generation batch ``gen_batch`` of ``step`` into ``trajectories``
-    with ``agent`` (the tool loop bounded by ``max_turns`` and the trajectory budgets, ``0`` seconds:
-    none, at most ``max_live_conversations`` advancing together, ``0``: all, its RUN_TESTS in the
-    ``sandbox`` backend).
+    """Generation batch ``gen_batch`` of ``step`` sampled from ``policy`` into ``trajectories``
+    (:func:`gagar.rl_step.rollout`). With the warm policy server (``rollout.backend`` server) the
+    server is first made to serve the step's version and nothing else, and every trajectory records it."""
+    from gagar.policy.rollout import make_backend
+    from gagar.sandbox.runner import make_backend as make_sandbox
+    from gagar.tasks.loaders import load_tasks
+    from gagar.train.config import RolloutBackend
 
-    With ``backend`` ``server`` the warm policy server at ``endpoint`` samples: it is first made to
-    serve the step's version (:func:`served_version`; the adapter read from ``adapters_dir``, empty:
-    the local store's ``adapters/``) and nothing newer or older, and every trajectory records that
-    version, so the train stage refuses samples of any other. ``options`` are
-    :func:`gagar.stages.rollout_stage`'s (groups, group_size, seed, temperature, …).
-    """
-    from gagar.policy.agent import AgentKind, AgentSettings
-
-    settings = AgentSettings(
-        kind=AgentKind(agent), max_turns=max_turns, max_tokens=max_trajectory_tokens,
-        max_seconds=unset(max_trajectory_seconds), max_live=unset(max_live_conversations),
-    )  # fmt: skip
+    config = step_config(settings)
+    storage, c = _storage(settings), config.rollout
     metrics: dict[str, float] = {}
-    model_name = None
-    if backend == "server":
-        from gagar.policy.vllm_server import PolicyServerClient, serve_only
+    backend, version = c.backend.value, policy
+    if c.backend is RolloutBackend.SERVER:
+        from gagar.policy.vllm_server import serve_step_version
 
-        if not endpoint or not storage:
-            raise ValueError(
-                "rollout backend 'server' needs policy_endpoint (the server's /v1 URL) and storage"
-            )
-        model_name = served_version(policy=policy, storage=storage, step=step, served_model=served_model)
-        adapters = (
-            Path(adapters_dir) if adapters_dir else Path(store.normalise_storage(storage)) / store.ADAPTERS
-        )
-        path = None if model_name == served_model else adapters / model_name
-        seconds = serve_only(PolicyServerClient(endpoint), model_name, path, wait_s=ADAPTER_WAIT_S)
-        metrics["perf/adapter_swap_s"] = seconds
-        log.info("policy server %s serves %s (%.2f s)", endpoint, model_name, seconds)
-        backend = "openai"
-    import gagar.policy.rollout  # noqa: F401 (torch, transformers: start-up, outside the stage's time)
-
+        adapters = unset(settings.get("policy_adapters_dir", "")) or str(Path(storage) / store.ADAPTERS)
+        with _timed(metrics, "adapter_swap"):
+            version, _ = serve_step_version(
+                c.endpoint or "", _updates_before(policy, storage, step), c.served_model, adapters,
+                wait_s=ADAPTER_WAIT_S,
+            )  # fmt: skip
+        log.info("policy server %s serves %s", c.endpoint, version)
+        backend = RolloutBackend.OPENAI.value
+    needs_sandbox = c.agent.kind.needs_sandbox
+    sandbox = make_sandbox(config.sandbox.backend, config.sandbox.workers) if needs_sandbox else None
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
-        return metrics | _timed(
-            "rollout",
-            lambda: stages.rollout_stage(
-                policy=model_dir,
-                tasks=tasks,
-                out=trajectories,
-                step=step,
-                gen_batch=gen_batch,
-                backend=backend,
-                endpoint=unset(endpoint),
-                model_name=model_name,
-                progress=False,
-                agent=settings,
-                sandbox=sandbox,
-                sandbox_workers=unset(sandbox_workers),
-                **options,
-            ),
+        generator, tokenizer = make_backend(
+            str(model_dir), backend, endpoint=c.endpoint, model_name=None if version == policy else version
         )
+        with _timed(metrics, "rollout"):
+            sampled = rl_step.rollout(
+                c, generator, tokenizer, load_tasks(tasks), seed=config.seed, step=step, gen_batch=gen_batch,
+                policy_version=version, sandbox=sandbox,
+            )  # fmt: skip
+    records.write_records(trajectories, sampled)
+    return metrics | rl_step.rollout_metrics(sampled)
 
 
 @warm
-def sandbox(*, tasks: str, trajectories: str, results: str, backend: str, workers: int) -> dict[str, float]:
-    """Run every trajectory's tests (the fan-out over evaluations happens inside the stage)."""
-    return _timed(
-        "sandbox",
-        lambda: stages.sandbox_stage(
-            tasks=tasks,
-            trajectories=trajectories,
-            out=results,
-            backend=backend,
-            workers=unset(workers),
-            progress=False,
-        ),
-    )
+def sandbox(*, settings: Settings, tasks: str, trajectories: str, results: str) -> dict[str, float]:
+    """Every trajectory's tests, one TestResult each (:func:`gagar.rl_step.evaluate`; the fan-out over
+    evaluations happens inside the backend)."""
+    from gagar.sandbox.base import Prediction
+    from gagar.sandbox.runner import make_backend
+    from gagar.schema.task import Task
+
+    config = step_config(settings)
+    backend = make_backend(config.sandbox.backend, config.sandbox.workers)
+    metrics: dict[str, float] = {}
+    with _timed(metrics, "sandbox"):
+        outcome = rl_step.evaluate(_read(tasks, Task), _read(trajectories, Prediction), backend)
+    records.write_records(results, outcome)
+    return metrics | rl_step.sandbox_metrics(outcome)
+
+
+def _stored_batches(storage: str, step: int, tmp: Path) -> list[tuple[Any, dict[str, float]]]:
+    """Every generation batch of ``step`` in the store, in memory, with its stored metrics."""
+    from gagar.schema.result import TestResult
+    from gagar.schema.trajectory import Trajectory
+
+    return [
+        (
+            rl_step.generation_batch(_read(files.trajectories, Trajectory), _read(files.results, TestResult)),
+            json.loads(files.metrics.read_text(encoding="utf-8")),
+        )
+        for files in store.fetch_generation_batches(storage, step, tmp)
+    ]
 
 
 @warm
 def gather(
     *,
-    storage: str,
+    settings: Settings,
     step: int,
     gen_batch: int,
     trajectories: str,
     results: str,
     rollout_metrics: Mapping[str, float],
     sandbox_metrics: Mapping[str, float],
-    train_batch_groups: int,
 ) -> GatherOutcome:
-    """Store generation batch ``gen_batch`` of ``step`` and select over every batch drawn so far.
+    """Store generation batch ``gen_batch`` of ``step`` and select (:func:`gagar.rl_step.select`) over
+    every batch drawn so far.
 
-    Returns whether the train batch is still short of ``train_batch_groups`` mixed groups: the
-    pipeline draws batch ``gen_batch + 1`` only then (dynamic sampling's refill).
+    Returns whether the pipeline draws batch ``gen_batch + 1`` (dynamic sampling's refill): only while
+    the train batch is short of ``rollout.train_batch_groups`` mixed groups and
+    ``rollout.max_gen_batches`` allows another.
     """
-    storage = store.normalise_storage(storage)
+    config = step_config(settings)
+    storage = _storage(settings)
     store.put_generation_batch(
         storage, step, gen_batch, Path(trajectories), Path(results), {**rollout_metrics, **sandbox_metrics}
     )
     with tempfile.TemporaryDirectory() as tmp:
-        batches = store.fetch_generation_batches(storage, step, Path(tmp))
-        metrics = stages.select_stage(
-            trajectories=[b.trajectories for b in batches],
-            results=[b.results for b in batches],
-            out=Path(tmp) / "selection.jsonl",
-            train_batch_groups=train_batch_groups,
-        )
-    short = metrics["sampling/batch_full"] == 0.0
+        batches = [batch for batch, _ in _stored_batches(storage, step, Path(tmp))]
+    selection = rl_step.select(batches, config.rollout)
+    full = selection.metrics["sampling/batch_full"] == 1.0
+    more = not full and gen_batch + 1 < config.rollout.max_gen_batches
     log.info(
-        "step %d batch %d: %d of %d mixed groups kept%s", step, gen_batch, metrics["sampling/groups_kept"],
-        train_batch_groups, ", drawing another batch" if short else "",
+        "step %d batch %d: %d of %d mixed groups kept%s", step, gen_batch,
+        selection.metrics["sampling/groups_kept"], config.rollout.train_batch_groups,
+        ", drawing another batch" if more else "",
     )  # fmt: skip
-    return GatherOutcome(short=short)
+    return GatherOutcome(short=more)
 
 
 class GatherOutcome(NamedTuple):
     """What :func:`gather` hands the pipeline."""
 
     short: bool
-    """The batch drawn so far holds fewer than ``train_batch_groups`` mixed groups."""
+    """The train batch is still short and another generation batch may be drawn."""
 
 
 _SUMMED = ("perf/rollout_s", "perf/sandbox_s", "perf/adapter_swap_s")
@@ -255,126 +267,94 @@ _SUMMED = ("perf/rollout_s", "perf/sandbox_s", "perf/adapter_swap_s")
 
 @warm
 def select(
-    *,
-    storage: str,
-    step: int,
-    train_batch_groups: int,
-    trajectories: str,
-    results: str,
-    selection: str,
+    *, settings: Settings, step: int, trajectories: str, results: str, selection: str
 ) -> dict[str, float]:
-    """Dynamic sampling over every generation batch of ``step`` in the store (what :func:`gather`
-    stored): the consumed batches' trajectories and results into ``trajectories`` and ``results``,
-    the step's one selection into ``selection``.
+    """Dynamic sampling (:func:`gagar.rl_step.select`) over every generation batch of ``step`` in the
+    store (what :func:`gather` stored): the consumed batches' trajectories and results into
+    ``trajectories`` and ``results``, the step's one selection into ``selection``.
 
     The metrics are the step's ``sampling/…`` counts, ``rollout/…`` and ``sandbox/…`` over every
     batch consumed (as the in-process step reports them) and each batch's rollout and sandbox seconds
     summed.
     """
-    from gagar import rl_step
-    from gagar.records import read_records, write_records
-    from gagar.schema.result import TestResult
-    from gagar.schema.trajectory import Trajectory
-
-    storage = store.normalise_storage(storage)
+    config = step_config(settings)
+    storage = _storage(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        batches = store.fetch_generation_batches(storage, step, Path(tmp))
-        if not batches:
-            raise ValueError(f"{storage}: no generation batch of step {step} is stored (did gather run?)")
-        metrics = stages.select_stage(
-            trajectories=[b.trajectories for b in batches],
-            results=[b.results for b in batches],
-            out=selection,
-            train_batch_groups=train_batch_groups,
-        )
-        consumed = batches[: int(metrics["sampling/gen_batches"])]
-        drawn = [read_records(b.trajectories, Trajectory) for b in consumed]
-        outcome = [read_records(b.results, TestResult) for b in consumed]
-        timings = [json.loads(b.metrics.read_text(encoding="utf-8")) for b in consumed]
-    write_records(trajectories, [t for batch in drawn for t in batch])
-    write_records(results, [r for batch in outcome for r in batch])
-    metrics |= rl_step.sandbox_metrics([r for batch in outcome for r in batch])
-    metrics |= rl_step.rollout_metrics([t for batch in drawn for t in batch])
-    metrics |= {
-        key: sum(row.get(key, 0.0) for row in timings) for key in _SUMMED if any(key in r for r in timings)
+        stored = _stored_batches(storage, step, Path(tmp))
+    if not stored:
+        raise ValueError(f"{storage}: no generation batch of step {step} is stored (did gather run?)")
+    chosen = rl_step.select([batch for batch, _ in stored], config.rollout)
+    records.write_records(selection, [chosen.kept_batch])
+    drawn = [t for batch in chosen.batches for t in batch.trajectories]
+    outcome = [r for batch in chosen.batches for r in batch.results]
+    records.write_records(trajectories, drawn)
+    records.write_records(results, outcome)
+    timings = [row for _, row in stored[: len(chosen.batches)]]
+    rows = [rl_step.rollout_metrics(b.trajectories) for b in chosen.batches]
+    summed = {
+        key: sum(row.get(key, 0.0) for row in timings) for key in _SUMMED if any(key in t for t in timings)
     }
-    return metrics
+    metrics = {**chosen.metrics, **rl_step.sandbox_metrics(outcome), **rl_step.merge_rollout_metrics(rows)}
+    return metrics | summed
 
 
 @warm
 def grade(
-    *,
-    algo: str,
-    tasks: str,
-    trajectories: str,
-    results: str,
-    selection: str,
-    grades: str,
-    grader: str,
-    grader_model: str,
-    endpoint: str,
-    max_steps: int = 8,
-    position_guard: float = 0.0,
+    *, settings: Settings, tasks: str, trajectories: str, results: str, selection: str, grades: str
 ) -> dict[str, float]:
-    """Grade the groups the step's ``selection`` (the select stage's) keeps; with an algo other than
-    gagar, write no grades.
+    """The grade phase (:func:`gagar.rl_step.grade`) over the groups the step's ``selection`` keeps:
+    one Grade per group into ``grades`` when the estimator uses a grader, an empty file when not."""
+    from gagar.schema.result import TestResult
+    from gagar.schema.task import Task
+    from gagar.schema.trajectory import Trajectory
 
-    A ``position_guard`` of 0 grades each group once.
-    """
-    if algo != "gagar":
-        Path(grades).write_text("", encoding="utf-8")
-        return {"grader/skipped": 1.0, "perf/grade_s": 0.0}
-    with tempfile.TemporaryDirectory(prefix="gagar-grade-", dir=scratch_root()) as tmp:
-        return _timed(
-            "grade",
-            lambda: stages.grade_stage(
-                tasks=tasks,
-                trajectories=[trajectories],
-                results=[results],
-                selection=selection,
-                out=grades,
-                workspace=Path(tmp) / "workspace",
-                grader=grader,
-                grader_model=unset(grader_model),
-                endpoint=unset(endpoint),
-                max_steps=max_steps,
-                position_guard=unset(position_guard),
-                progress=False,
-            ),
-        )
+    config = step_config(settings)
+    chosen = {k.trajectory_id for k in _kept_batch(selection).kept}
+    kept = [t for t in _read(trajectories, Trajectory) if t.trajectory_id in chosen]
+    metrics: dict[str, float] = {}
+    workspace = tempfile.TemporaryDirectory(prefix="gagar-grade-", dir=scratch_root())
+    with workspace as tmp, _timed(metrics, "grade"):
+        ranked, grade_metrics = rl_step.grade(
+            config, rl_step.make_grader(config), _read(tasks, Task), kept, _read(results, TestResult),
+            Path(tmp) / "workspace",
+        )  # fmt: skip
+    records.write_records(grades, ranked or [])
+    return metrics | grade_metrics
 
 
 @warm
-def redistribute(*, selection: str, grades: str, batch: str, credit: str, **options: Any) -> dict[str, float]:
-    """Advantages of the grade stage's ``selection`` (``options`` as
-    :func:`gagar.stages.redistribute_stage`) into ``batch``; writes the credit table as Markdown to
-    ``credit``."""
-    metrics = _timed(
-        "redistribute",
-        lambda: stages.redistribute_stage(selection=selection, grades=grades, out=batch, **options),
-    )
+def redistribute(
+    *, settings: Settings, selection: str, grades: str, batch: str, credit: str
+) -> dict[str, float]:
+    """The advantages (:func:`gagar.rl_step.advantages`) of the grade stage's ``selection`` into
+    ``batch``, with the credit table as Markdown in ``credit``; the selection's ``sampling/…``
+    counts come back with the ``advantage/…`` metrics."""
+    from gagar.schema.grade import Grade
+
+    config = step_config(settings)
+    kept = _kept_batch(selection)
+    graded = _read(grades, Grade) if config.advantage.algo.uses_grader else None
+    metrics: dict[str, float] = {}
+    with _timed(metrics, "redistribute"):
+        entries, advantage_metrics = rl_step.advantages(config.advantage, kept, graded)
+    records.write_records(batch, entries)
     Path(credit).write_text(report.credit_table(batch), encoding="utf-8")
-    return metrics
+    return metrics | kept.metrics | advantage_metrics
 
 
 def update(
     *,
-    storage: str,
+    settings: Settings,
     policy: str,
-    model: str,
     trajectories: str,
     batch: str,
     step: int,
-    seed: int = 0,
-    optim: Any = None,
-    lora: Any = None,
     policy_version: str | None = None,
-    strategy: str = "ddp",
 ) -> dict[str, float]:
-    """One policy update from the store and back: fetch the step's policy (a checkpoint, whose
-    optimizer state continues, or the initial ``model``), ``trajectories`` and ``batch`` (local paths
-    or store URIs), update, and publish checkpoint ``step`` (and, with LoRA, adapter
-    ``policy-step-{step+1}``) to ``storage``.
+    """The update phase (:func:`gagar.rl_step.update`) from the store and back: fetch the step's
+    policy (a checkpoint, whose optimizer state continues, or the initial one), ``trajectories`` and
+    ``batch`` (local paths or store URIs), update, and publish checkpoint ``step`` (and, with LoRA,
+    adapter ``policy-step-{step+1}``) to the store.
 
     Under torchrun every rank calls this alike; rank 0 alone publishes and writes the update's
     metrics to ``train/step-N/metrics.json`` (what a TrainJob's caller reads back).
@@ -382,27 +362,32 @@ def update(
     import os
 
     from gagar.policy.adapter import adapter_version, is_adapter_dir, rebase_adapter
+    from gagar.schema.batch import BatchEntry
+    from gagar.schema.trajectory import Trajectory
 
-    storage = store.normalise_storage(storage)
+    config = step_config(settings)
+    storage = _storage(settings)
     main = int(os.environ.get("RANK", "0")) == 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "checkpoints"
         root.mkdir()
+        initial = str(config.policy)
+        reference = store.fetch_policy(initial, Path(tmp) / "base") if config.optim.loss.kl_coef > 0 else None
         if is_checkpoint(policy, storage):
             model_dir = store.restore_checkpoint(policy, root) / "model"  # its optimizer state continues
-            if is_adapter_dir(model_dir):  # its base lives where the initial model is, on this machine too
-                rebase_adapter(model_dir, store.fetch_policy(model, Path(tmp) / "base"))
+            if is_adapter_dir(model_dir):  # its base lives where the initial policy is, on this machine too
+                rebase_adapter(model_dir, reference or store.fetch_policy(initial, Path(tmp) / "base"))
         else:
             model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
         inputs = [store.fetch_file(ref, Path(tmp) / "inputs" / name) for ref, name in
                   ((trajectories, "trajectories.jsonl"), (batch, "batch.jsonl"))]  # fmt: skip
-        metrics = _timed(
-            "train",
-            lambda: stages.train_stage(
-                policy=model_dir, trajectories=[inputs[0]], batch=inputs[1], checkpoints=root, step=step,
-                seed=seed, optim=optim, lora=lora, policy_version=policy_version, strategy=strategy,
-            ),
-        )  # fmt: skip
+        metrics: dict[str, float] = {}
+        with _timed(metrics, "train"):
+            metrics |= rl_step.update(
+                config, policy=model_dir, trajectories=_read(inputs[0], Trajectory),
+                batch=_read(inputs[1], BatchEntry), checkpoints=root, step=step,
+                policy_version=policy_version, reference=reference,
+            )  # fmt: skip
         if main:
             checkpoint = root / f"step-{step:06d}"
             store.publish_checkpoint(checkpoint, storage, step, Path(tmp) / "staging")
@@ -418,83 +403,53 @@ def update(
 @warm
 def train(
     *,
-    storage: str,
+    settings: Settings,
     policy: str,
     trajectories: str,
     results: str,
     grades: str,
     batch: str,
     step: int,
-    seed: int,
-    lr: float,
-    epochs: int,
-    minibatch_size: int,
-    keep_checkpoints: int,
     select_metrics: Mapping[str, float],
     grade_metrics: Mapping[str, float],
     redistribute_metrics: Mapping[str, float],
     summary: str,
-    pushgateway: str = "",
-    model: str = "",
-    lora: bool = False,
-    lora_rank: int = 8,
-    lora_alpha: float = 16.0,
-    rollout_backend: str = "hf",
-    served_model: str = "policy",
-    nodes: int = 1,
-    procs_per_node: int = 1,
-    strategy: str = "ddp",
-    runtime: str = "",
 ) -> dict[str, float]:
     """Update the policy, publish checkpoint ``step`` to the store, store and push the step's metrics.
 
-    Where the update runs: with ``runtime`` set and Kubeflow Trainer on the cluster, in a TrainJob of
-    ``nodes`` × ``procs_per_node`` processes (:mod:`gagar.train.trainjob`); else in this pod, under
-    torchrun when ``procs_per_node`` > 1 (a ``runtime`` without Trainer, or ``nodes`` > 1 without a
-    runtime, falls back to this one node, with a warning), or in this process. With the warm policy
-    server (``rollout_backend`` server) every trajectory must carry the version the server sampled
+    Where the update runs (``distributed``): with ``runtime`` set and Kubeflow Trainer on the
+    cluster, in a TrainJob of ``nodes`` × ``procs_per_node`` processes (:mod:`gagar.train.trainjob`);
+    else in this pod, under torchrun when ``procs_per_node`` > 1 (a ``runtime`` without Trainer, or
+    ``nodes`` > 1 without a runtime, falls back to this one node, with a warning), or in this
+    process. With the warm policy server every trajectory must carry the version the server sampled
     the step under. The earlier stages' metrics of this step, merged with the update's, go to
-    ``metrics/step-N.json`` in the store, to the Pushgateway when one is given (with each sandbox
-    run's and each graded group's seconds from ``results`` and ``grades`` for the histograms), and
-    as a Markdown summary to ``summary``.
+    ``metrics/step-N.json`` in the store, to the Pushgateway when one is set (with each sandbox run's
+    and each graded group's seconds from ``results`` and ``grades`` for the histograms), and as a
+    Markdown summary to ``summary``.
     """
-    from gagar.train.lora import LoraSettings
-    from gagar.train.update import OptimConfig
+    from gagar.policy.adapter import adapter_version
+    from gagar.train.config import RolloutBackend
 
-    optim = OptimConfig(lr=lr, epochs=epochs, minibatch_size=minibatch_size)
-    settings = LoraSettings(enabled=lora, rank=lora_rank, alpha=lora_alpha)
-    upstream = [select_metrics, grade_metrics, redistribute_metrics]
-    storage = store.normalise_storage(storage)
-    version = (
-        served_version(policy=policy, storage=storage, step=step, served_model=served_model)
-        if rollout_backend == "server"
-        else None
-    )
-    common = {"storage": storage, "policy": policy, "model": model or policy, "step": step}
-    options = {"seed": seed, "lr": lr, "epochs": epochs, "minibatch_size": minibatch_size,
-               "lora_rank": lora_rank, "lora_alpha": lora_alpha, "strategy": strategy}  # fmt: skip
-    flags = (("--lora",) if lora else ()) + (("--policy-version", version) if version else ())
-    if runtime or nodes > 1 or procs_per_node > 1:
-        metrics = _distributed_update(
-            trajectories,
-            batch,
-            common,
-            options,
-            flags,
-            runtime=runtime,
-            nodes=nodes,
-            procs_per_node=procs_per_node,
-        )
+    config = step_config(settings)
+    storage = _storage(settings)
+    version = None
+    if config.rollout.backend is RolloutBackend.SERVER:
+        updates = _updates_before(policy, storage, step)
+        version = adapter_version(updates) if updates > 0 else config.rollout.served_model
+    d = config.distributed
+    if d.runtime is not None or d.nodes > 1 or d.procs_per_node > 1:
+        metrics = _distributed_update(settings, policy, trajectories, batch, step, version)
     else:
         metrics = update(
-            **common, trajectories=trajectories, batch=batch, seed=seed, optim=optim, lora=settings,
-            policy_version=version, strategy=strategy,
+            settings=settings, policy=policy, trajectories=trajectories, batch=batch, step=step,
+            policy_version=version,
         )  # fmt: skip
-    store.prune_checkpoints(storage, keep_checkpoints)
+    store.prune_checkpoints(storage, config.keep_checkpoints)
+    upstream = [select_metrics, grade_metrics, redistribute_metrics]
     merged = {**report.merge_metrics([*upstream, metrics]), "step": float(step)}
     store.write_step_metrics(storage, step, merged)
-    if pushgateway:
-        _push(pushgateway, storage, merged, _observations(results, grades))
+    if config.metrics.pushgateway:
+        _push(config.metrics.pushgateway, config.metrics.job, storage, merged, _observations(results, grades))
     Path(summary).write_text(report.step_summary(step, merged), encoding="utf-8")
     return metrics
 
@@ -518,19 +473,12 @@ def _namespace() -> str:
 
 
 def _distributed_update(
-    trajectories: str,
-    batch: str,
-    common: Mapping[str, Any],
-    options: Mapping[str, Any],
-    flags: tuple[str, ...],
-    *,
-    runtime: str,
-    nodes: int,
-    procs_per_node: int,
+    settings: Settings, policy: str, trajectories: str, batch: str, step: int, policy_version: str | None
 ) -> dict[str, float]:
-    """Stage the update's inputs in the store and run ``gagar train-update`` on every rank: as a
-    Kubeflow Trainer TrainJob when ``runtime`` is set and the Trainer is installed, else under
-    torchrun in this pod (one node). Returns rank 0's metrics, read back from the store."""
+    """Stage the update's inputs and settings in the store and run ``gagar train-update`` on every
+    rank: as a Kubeflow Trainer TrainJob when ``distributed.runtime`` is set and the Trainer is
+    installed, else under torchrun in this pod (one node). Returns rank 0's metrics, read back from
+    the store."""
     import os
     import subprocess
     import sys
@@ -538,16 +486,19 @@ def _distributed_update(
 
     from gagar.train import trainjob
 
-    storage, step = common["storage"], common["step"]
+    d = step_config(settings).distributed
+    runtime, nodes, procs_per_node = d.runtime or "", d.nodes, d.procs_per_node
+    storage = _storage(settings)
     target, prefix = store.open_store(storage), f"{store.TRAIN}/step-{step:06d}"
     target.put_file(f"{prefix}/trajectories.jsonl", trajectories)
     target.put_file(f"{prefix}/batch.jsonl", batch)
+    target.put_bytes(f"{prefix}/settings.json", json.dumps(dict(settings), sort_keys=True).encode())
     target.delete(f"{prefix}/metrics.json")
-    staged = {
-        "trajectories": f"{storage}/{prefix}/trajectories.jsonl",
-        "batch": f"{storage}/{prefix}/batch.jsonl",
-    }
-    args = trainjob.update_args(**common, options={**staged, **options}, flags=flags)
+    args = trainjob.update_args(
+        settings=f"{storage}/{prefix}/settings.json", policy=policy, step=step,
+        trajectories=f"{storage}/{prefix}/trajectories.jsonl", batch=f"{storage}/{prefix}/batch.jsonl",
+        policy_version=policy_version,
+    )  # fmt: skip
     api = _kube_api() if runtime else None
     if runtime and api is not None and trainjob.trainer_installed(api, _namespace()):
         env = tuple(
@@ -585,7 +536,7 @@ def _observations(results: str, grades: str) -> dict[str, list[float]]:
 
 
 def _push(
-    url: str, storage: str, metrics: Mapping[str, float], observations: Mapping[str, list[float]]
+    url: str, job: str, storage: str, metrics: Mapping[str, float], observations: Mapping[str, list[float]]
 ) -> None:
     from prometheus_client import CollectorRegistry
 
@@ -594,7 +545,7 @@ def _push(
     collectors = build_metrics(CollectorRegistry())
     record_step(collectors, metrics, observations)
     run = storage.rstrip("/").rpartition("/")[2] or "gagar"
-    push_step(url, "gagar-pipeline", collectors.registry, {"run": run})
+    push_step(url, job, collectors.registry, {"run": run})
 
 
 @warm
@@ -629,7 +580,7 @@ def grader_sft(
             "grader_sft/top1_accuracy": report.top1_accuracy,
         }
 
-    return _timed("grader_sft", run)
+    return _run_timed("grader_sft", run)
 
 
 @warm
@@ -657,7 +608,7 @@ def evaluate(
                 flat |= {f"eval/{key}/{name.lower()}": value for name, value in values.items()}
         return {key: float(value) for key, value in flat.items() if value is not None}
 
-    return _timed("evaluate", run)
+    return _run_timed("evaluate", run)
 
 
 RL_STAGES: dict[str, Callable[..., Any]] = {

@@ -28,6 +28,7 @@ __all__ = [
     "StaleAdapterError",
     "find_vllm_python",
     "serve_only",
+    "serve_step_version",
     "server_command",
     "server_env",
     "start_policy_server",
@@ -125,6 +126,20 @@ def swap_adapter(
     if old_name is not None and old_name != new_name:
         client.unload_adapter(old_name)
     return time.perf_counter() - start
+
+
+def serve_step_version(
+    endpoint: str, updates: int, served_model: str, adapters_dir: str | Path, *, wait_s: float = 0.0
+) -> tuple[str, float]:
+    """Make the policy server at ``endpoint`` serve the policy after ``updates`` completed updates, and
+    no other version: its base model (``served_model``) before any, else adapter ``policy-step-N``
+    read from ``adapters_dir/policy-step-N``. Returns the version and the seconds it took. What every
+    runner calls before sampling a step from a warm server (:func:`serve_only`)."""
+    from gagar.policy.adapter import adapter_version
+
+    version = adapter_version(updates) if updates > 0 else served_model
+    path = Path(adapters_dir) / version if updates > 0 else None
+    return version, serve_only(PolicyServerClient(endpoint), version, path, wait_s=wait_s)
 
 
 def serve_only(

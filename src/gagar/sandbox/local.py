@@ -76,7 +76,7 @@ class InfraError(RuntimeError):
 
 
 class LocalSandboxSettings(BaseSettings):
-    """Where the local backend finds its tools and puts its workspaces (env ``GAGAR_LOCAL_SANDBOX__<FIELD>``)."""
+    """Where the local backend finds its tools and puts its workspaces (``GAGAR_LOCAL_SANDBOX__<FIELD>``)."""
 
     model_config = SettingsConfigDict(env_prefix="GAGAR_LOCAL_SANDBOX__", frozen=True, extra="ignore")
 

@@ -26,6 +26,7 @@ from gagar.train.lora import LoraSettings
 from gagar.train.update import OptimConfig
 
 __all__ = [
+    "EMBEDDED_RUN",
     "AdvantageSettings",
     "GraderSettings",
     "LoraSettings",
@@ -35,9 +36,14 @@ __all__ = [
     "SandboxSettings",
     "TrainConfig",
     "load_config",
+    "parse_overrides",
     "read_yaml_mapping",
     "setting_field",
 ]
+
+
+EMBEDDED_RUN = Path(__file__).resolve().parent.parent / "data" / "embedded-run.yaml"
+"""The RL run of the embedded default (``make run``): the sections it changes from the defaults."""
 
 
 class RolloutBackend(StrEnum):
@@ -291,3 +297,35 @@ def load_config(
         raise ValueError(f"{where}invalid training config: {problems}") from None
     finally:
         _FILE_VALUES.reset(token)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``["rollout.group_size=8", ...]`` -> ``{"rollout": {"group_size": "8"}}``: command-line settings
+    by their dotted path, values as text (the config validates them; lists as JSON).
+
+    Raises:
+        ValueError: an item that is not path=value, a path that names no setting, or one given twice.
+    """
+    import json
+
+    nested: dict[str, Any] = {}
+    for item in items:
+        path, sep, text = item.partition("=")
+        path = path.strip()
+        if not sep or not path:
+            raise ValueError(f"--set {item!r}: use path=value, e.g. rollout.group_size=8")
+        setting_field(path)  # names the setting, or raises naming it
+        *sections, leaf = path.split(".")
+        target = nested
+        for section in sections:
+            target = target.setdefault(section, {})
+        if leaf in target:
+            raise ValueError(f"--set {path} is given twice")
+        value: Any = text
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                raise ValueError(f"--set {path}: {text!r} is not a JSON list") from None
+        target[leaf] = value
+    return nested

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from gagar import rl_step
-from gagar.policy.adapter import adapter_updates, adapter_version, prune_adapters, publish_adapter
+from gagar.policy.adapter import adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
 from gagar.sandbox.runner import BackendName
 from gagar.scratch import scratch_root
@@ -55,13 +55,17 @@ class Trainer:
     """Runs the steps of one training run under ``config.run_dir``."""
 
     def __init__(self, config: TrainConfig, *, progress: bool = True) -> None:
+        d = config.distributed
+        if d.nodes > 1 or d.procs_per_node > 1 or d.runtime is not None:
+            raise ValueError(
+                "distributed: gagar train updates in its own process; several processes or nodes update "
+                "through the pipeline's train stage (gagar run, Kubeflow, Argo)"
+            )
         self.config = config
         self.progress = progress
         self.run_dir = Path(config.run_dir)
         self.checkpoints = CheckpointManager(self.run_dir / "checkpoints", keep_last=config.keep_checkpoints)
         self.metrics_log = MetricsLog(self.run_dir / "metrics.jsonl")
-        self._served_adapter: str | None = None
-        """The adapter this trainer last made the policy server load (server rollouts)."""
         self._observations: dict[int, dict[str, list[float]]] = {}
         """Histogram samples of each step not yet published (per sandbox run, per graded group)."""
 
@@ -146,34 +150,23 @@ class Trainer:
         return path
 
     def _serve_version(self, step: int) -> tuple[str, float]:
-        """Make the policy server serve the weights of step ``step``; their version and the swap's seconds.
+        """Make the policy server serve the weights of step ``step`` and no other version (the
+        adapter of the checkpoint before it, published first); their version and the swap's seconds."""
+        from gagar.policy.vllm_server import serve_step_version
 
-        Before any update that is the server's base model (``rollout.served_model``); after update
-        ``N`` it is adapter ``policy-step-N``, loaded in place of the one served before. A resumed
-        trainer does not know what it loaded before its restart: its first swap unloads every other
-        ``policy-step-*`` the server holds.
-        """
-        from gagar.policy.vllm_server import PolicyServerClient, swap_adapter
-
-        rollout = self.config.rollout
-        client = PolicyServerClient(rollout.endpoint or "")
         before = self._checkpoint_before(step)
-        version = adapter_version(before.step + 1) if before else rollout.served_model
-        seconds = 0.0
-        if before is not None:  # an adapter the server already serves (a resumed run) is kept
-            previous = self._served_adapter
-            seconds = swap_adapter(client, version, self.publish_adapter(before), previous)
-            if previous is None:
-                for name in client.served_models():
-                    if adapter_updates(name) is not None and name != version:
-                        client.unload_adapter(name)
-        client.require(version)
-        self._served_adapter = version if before is not None else None
-        return version, seconds
+        if before is not None:  # an adapter already published (a resumed run) is kept
+            self.publish_adapter(before)
+        rollout = self.config.rollout
+        return serve_step_version(
+            rollout.endpoint or "",
+            before.step + 1 if before is not None else 0,
+            rollout.served_model,
+            self.adapters_dir,
+        )
 
     def step(self, step: int) -> dict[str, Any]:
         """One RL step (:func:`gagar.rl_step.run_step`), its artifacts under ``steps/step-N``; its metrics."""
-        from gagar.grader.run import make_grader
         from gagar.metrics import step_observations
         from gagar.policy.rollout import make_backend
         from gagar.sandbox.runner import make_backend as make_sandbox
@@ -203,7 +196,6 @@ class Trainer:
                 endpoint=c.rollout.endpoint,
                 model_name=version if server else None,
             )
-        gagar = c.advantage.algo.uses_grader
         inputs = rl_step.StepInputs(
             step=step,
             policy=policy,
@@ -212,14 +204,7 @@ class Trainer:
             generator=generator,
             tokenizer=tokenizer,
             sandbox=make_sandbox(c.sandbox.backend, c.sandbox.workers),
-            grader=make_grader(
-                c.grader.kind,
-                model_dir=c.grader.model,
-                endpoint=c.grader.endpoint,
-                max_steps=c.grader.max_steps,
-            )
-            if gagar
-            else None,
+            grader=rl_step.make_grader(c),
             workspace=Path(tempfile.mkdtemp(prefix="gagar-grade-", dir=scratch_root())),
             checkpoints=self.checkpoints.root,
         )

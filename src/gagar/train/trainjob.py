@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -245,16 +245,9 @@ def run_trainjob(
 
 
 def update_args(
-    *,
-    storage: str,
-    policy: str,
-    model: str,
-    step: int,
-    options: Mapping[str, Any],
-    flags: Sequence[str] = (),
+    *, settings: str, policy: str, step: int, trajectories: str, batch: str, policy_version: str | None
 ) -> tuple[str, ...]:
     """``gagar train-update`` arguments of a distributed update reading its inputs from the store."""
-    args = ["--storage", storage, "--policy", policy, "--model", model, "--step", str(step)]
-    for key, value in options.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    return (*args, *flags)
+    args = ["--settings", settings, "--policy", policy, "--step", str(step)]
+    args += ["--trajectories", trajectories, "--batch", batch]
+    return (*args, *(("--policy-version", policy_version) if policy_version else ()))

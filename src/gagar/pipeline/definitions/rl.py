@@ -9,9 +9,10 @@ sub-pipeline per step (``generation``), so select waits for whichever batches ra
 chained at compile time: step i+1's prepare runs after step i's train, so it finds step i's
 checkpoint. Build with :func:`build` (``gagar pipeline compile --steps-per-run N --max-gen-batches M``).
 
-The stages, their images and which pipeline parameter or earlier output feeds each argument come
-from :data:`gagar.pipeline.graph.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`)
-is built from too; the signature of ``rl`` below is made from :data:`gagar.pipeline.graph.PARAMETERS`.
+The stages, their images and which earlier output feeds each argument come from
+:data:`gagar.pipeline.graph.RL_STEP`, the list the Argo target (:mod:`gagar.pipeline.argo`) is
+built from too. The signature of ``rl`` below is made from :data:`gagar.pipeline.parameters.PARAMETERS`
+(generated from the training config), and every task gets them all as its ``settings``.
 """
 
 import inspect
@@ -31,14 +32,14 @@ from gagar.pipeline.components.select.component import select
 from gagar.pipeline.components.train.component import train
 from gagar.pipeline.graph import (
     DEFAULT_MAX_GEN_BATCHES,
-    PARAMETERS,
     REFILL,
     RL_STEP,
+    SETTINGS,
     docstring,
     generation_stages,
-    parameter,
     signature,
 )
+from gagar.pipeline.parameters import PARAMETERS
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["COMPONENTS", "build"]
@@ -59,20 +60,21 @@ COMPONENTS = {
 _FIRST = RL_STEP[0].name  # prepare: what the generation sub-pipeline takes from it is passed in
 
 
-def _generation_inputs() -> tuple[list[str], list[tuple[str, str]]]:
-    """The generation sub-pipeline's inputs: pipeline parameters, and ``(output, type)`` of prepare."""
-    names: list[str] = []
-    taken: list[tuple[str, str]] = []
+_NAMES = [p.name for p in PARAMETERS]
+
+
+def _prepare_outputs() -> list[str]:
+    """The outputs of prepare the generation sub-pipeline takes (passed in as its inputs)."""
+    taken: list[str] = []
     for spec in generation_stages():
-        names += [name for _, name in spec.parameters if name not in names]
-        taken += [(o, o) for _, source, o in spec.inputs if source == _FIRST and (o, o) not in taken]
-    return names, taken
+        taken += [o for _, source, o in spec.inputs if source == _FIRST and o not in taken]
+    return taken
 
 
 def _generation(max_gen_batches: int, options: PlatformOptions) -> Any:
     """The sub-pipeline drawing one step's generation batches: batch b+1 nested in ``dsl.If`` on
     batch b's gather output :data:`REFILL`."""
-    names, taken = _generation_inputs()
+    taken = _prepare_outputs()
     first = RL_STEP[0]
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
@@ -80,13 +82,14 @@ def _generation(max_gen_batches: int, options: PlatformOptions) -> Any:
         found = first.output_type(output)
         return Input[Dataset] if found is None else found
 
-    params = [inspect.Parameter(n, kind, annotation=parameter(n).type) for n in names]
-    params += [inspect.Parameter(f"{_FIRST}_{o}", kind, annotation=annotation(o)) for o, _ in taken]
+    params = [inspect.Parameter(p.name, kind, annotation=p.type) for p in PARAMETERS]
+    params += [inspect.Parameter(f"{_FIRST}_{o}", kind, annotation=annotation(o)) for o in taken]
     order = [p.name for p in params]
     source, _ = REFILL  # the component's single return value (kfp.local evaluates conditions on it)
 
     def generation(*args: Any) -> None:
         given = dict(zip(order, args, strict=True))
+        settings = {name: given[name] for name in _NAMES}
         with ExitStack() as nested:
             previous = None
             for b in range(max_gen_batches):
@@ -94,8 +97,8 @@ def _generation(max_gen_batches: int, options: PlatformOptions) -> Any:
                     nested.enter_context(dsl.If(previous.output == True, name=f"refill-{b}"))  # noqa: E712
                 tasks: dict[str, Any] = {}
                 for spec in generation_stages():
-                    arguments: dict[str, Any] = {"gen_batch": b} if spec.takes_gen_batch else {}
-                    arguments |= {argument: given[name] for argument, name in spec.parameters}
+                    arguments: dict[str, Any] = {SETTINGS: settings}
+                    arguments |= {"gen_batch": b} if spec.takes_gen_batch else {}
                     for argument, origin, out in spec.inputs:
                         upstream = (
                             given[f"{_FIRST}_{out}"] if origin == _FIRST else tasks[origin].outputs[out]
@@ -121,11 +124,11 @@ def _add_step(
     """Add one RL step's tasks (:data:`RL_STEP`) to the pipeline being defined; returns its train task."""
     tasks: dict[str, Any] = {}
     prepare_spec = RL_STEP[0]
-    names, taken = _generation_inputs()
+    settings = {name: p[name] for name in _NAMES}
     for spec in RL_STEP:
         if spec.per_gen_batch:
             continue
-        arguments = {argument: p[name] for argument, name in spec.parameters}
+        arguments: dict[str, Any] = {SETTINGS: settings}
         arguments |= {argument: tasks[source].outputs[output] for argument, source, output in spec.inputs}
         task = COMPONENTS[spec.name](**arguments)
         if after is not None and not spec.inputs:
@@ -136,8 +139,8 @@ def _add_step(
         tasks[spec.name] = task
         if spec is prepare_spec:
             drawn = generation(
-                **{name: p[name] for name in names},
-                **{f"{_FIRST}_{o}": task.outputs[o] for o, _ in taken},
+                **{name: p[name] for name in _NAMES},
+                **{f"{_FIRST}_{o}": task.outputs[o] for o in _prepare_outputs()},
             )
             drawn.set_caching_options(False).set_display_name(f"generation-{index}")
         elif spec.name == "select":
@@ -159,10 +162,8 @@ def build(
     platform = options or PlatformOptions()
     generation = _generation(max_gen_batches, platform)
 
-    names = [p.name for p in PARAMETERS]
-
     def rl(*args: Any) -> None:
-        params = dict(zip(names, args, strict=True))
+        params = dict(zip(_NAMES, args, strict=True))
         previous = None
         for index in range(steps_per_run):
             previous = _add_step(params, index, platform, previous, generation)

@@ -1,4 +1,4 @@
-"""Prepare an RL step: the tasks as a JSONL artifact, the step number and the policy to sample from."""
+"""Prepare an RL step: validate the run's settings, the tasks as JSONL, the step number and its policy."""
 
 from typing import NamedTuple
 
@@ -9,23 +9,21 @@ from gagar.pipeline.images import stage_image
 
 
 @dsl.component(base_image=stage_image("train"), install_kfp_package=False)
-def prepare(storage: str, model: str, tasks_uri: str, tasks: Output[Dataset]) -> NamedTuple(
+def prepare(settings: dict, tasks: Output[Dataset]) -> NamedTuple(
     "StepStart", [("step", int), ("policy", str)]
 ):
-    """Resolve where the step starts from the artifact store.
+    """Check the run's settings and resolve where the step starts from the artifact store
+    (``gagar.pipeline.store_stages.prepare``).
 
     Args:
-        storage: the run's artifact store: a local directory or ``s3://bucket/prefix``.
-        model: the initial policy (a model directory or a store reference), used while the store
-            holds no checkpoint.
-        tasks_uri: the training tasks (JSONL or parquet; a local path or a store URI).
-        tasks: the tasks, validated, as JSONL.
+        settings: the pipeline's parameters (the run's training config).
+        tasks: the training tasks, validated, as JSONL.
 
     Returns:
         step: the latest checkpoint's step + 1 (0 on an empty store).
-        policy: the latest checkpoint's reference, or ``model``.
+        policy: the latest checkpoint's reference, or the initial policy.
     """
     from gagar.pipeline import store_stages
 
-    start = store_stages.prepare(storage=storage, model=model, tasks_uri=tasks_uri, tasks=tasks.path)
+    start = store_stages.prepare(settings=settings, tasks=tasks.path)
     return (start.step, start.policy)

@@ -1,4 +1,4 @@
-"""Sandbox: run every trajectory's patch against its task's tests, all evaluations inside this one task."""
+"""Sandbox: run each trajectory's patch against its task's tests under the pristine judge."""
 
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Output
@@ -8,32 +8,26 @@ from gagar.pipeline.images import stage_image
 
 @dsl.component(base_image=stage_image("sandbox"), install_kfp_package=False)
 def sandbox(
+    settings: dict,
     tasks: Input[Dataset],
     trajectories: Input[Dataset],
     results: Output[Dataset],
     metrics: Output[Metrics],
-    backend: str = "kubernetes",
-    workers: int = 0,
 ):
-    """Evaluate every trajectory (``gagar.stages.sandbox_stage``); one TestResult each.
+    """Evaluate every trajectory (``gagar.pipeline.store_stages.sandbox``); one TestResult each.
 
     Args:
+        settings: the pipeline's parameters (the run's training config: ``sandbox.*``).
         tasks: the tasks (JSONL).
-        trajectories: the trajectories to evaluate (JSONL; each carries its ``model_patch``).
+        trajectories: the trajectories to evaluate (JSONL).
         results: one TestResult per trajectory (JSONL).
-        metrics: ``sandbox/…`` counts, ``rollout/resolved_rate`` and ``perf/sandbox_s``.
-        backend: ``kubernetes`` (one hardened pod per evaluation) or ``local`` (bubblewrap).
-        workers: evaluations at once; 0 lets the backend choose.
+        metrics: ``sandbox/…`` counts, the resolved rate and ``perf/sandbox_s``.
     """
     from gagar.pipeline import store_stages
 
     store_stages.log_metrics(
         metrics,
         store_stages.sandbox(
-            tasks=tasks.path,
-            trajectories=trajectories.path,
-            results=results.path,
-            backend=backend,
-            workers=workers,
+            settings=settings, tasks=tasks.path, trajectories=trajectories.path, results=results.path
         ),
     )
