@@ -140,3 +140,21 @@ def upload(
     typer.echo(
         f"uploaded {package} as {name} version {version} (pipeline {pipeline_id}, version {version_id})"
     )
+
+
+@app.command("parameters")
+def parameters(
+    markdown: bool = typer.Option(False, "--markdown", help="A Markdown table instead of plain lines."),
+) -> None:
+    """List the pipelines' parameters: name, type, default and what each means (the training config's
+    settings, generated from it)."""
+    from gagar.pipeline.parameters import PARAMETERS
+
+    if markdown:
+        typer.echo("| parameter | type | default | description |\n|---|---|---|---|")
+    for p in PARAMETERS:
+        default = "(required)" if p.default is None else repr(p.default)
+        if markdown:
+            typer.echo(f"| `{p.name}` | {p.type.__name__} | {default} | {p.description} |")
+        else:
+            typer.echo(f"{p.name} ({p.type.__name__}, {default}): {p.description}")

@@ -86,7 +86,7 @@ class ArgoOptions:
     to the sandbox namespace's pod Role."""
     artifact_repository: tuple[str, str] | None = ("gagar-argo-artifacts", "s3")
     """``(ConfigMap, key)`` of the S3 artifact repository; None uses the namespace's default one."""
-    parameters: tuple[tuple[str, str], ...] = ()
+    parameters: tuple[tuple[str, ParameterValue], ...] = ()
     """Values of pipeline parameters (``name``, ``value``) replacing their defaults."""
     labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/part-of", "gagar"),)
     """Labels of the manifest and of every workflow it creates."""
@@ -302,7 +302,8 @@ def _workflow_spec(
     given = dict(argo.parameters)
     arguments = []
     for p in PARAMETERS:
-        value = given.get(p.name, None if p.default is None else format_value(p.default))
+        chosen = given.get(p.name, p.default)
+        value = None if chosen is None else format_value(chosen)
         entry: dict[str, Any] = {"name": p.name} if value is None else {"name": p.name, "value": value}
         arguments.append(entry | {"description": p.description})
     dag = [task for i in range(steps_per_run) for task in _step_tasks(i, max_gen_batches)]

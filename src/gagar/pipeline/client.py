@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gagar.pipeline.parameters import ParameterValue
+
 __all__ = [
     "Schedule",
     "connect",
@@ -49,20 +51,25 @@ def validate_cron(expression: str) -> str:
     return " ".join(fields)
 
 
-def parse_params(items: list[str]) -> dict[str, str]:
-    """``["group_size=8", ...]`` -> ``{"group_size": "8"}`` (KFP converts to the parameter's type).
+def parse_params(items: list[str]) -> dict[str, ParameterValue]:
+    """``["rollout_group_size=8", ...]`` -> ``{"rollout_group_size": 8}``: each name checked against
+    the pipeline's parameters and each value against its type, before anything is sent to KFP.
 
     Raises:
-        ValueError: an item without ``=`` or with an empty name, or a name given twice.
+        ValueError: one line naming the item: not name=value, an unknown name (with the close ones),
+            a value not of the parameter's type, or a name given twice.
     """
-    params: dict[str, str] = {}
+    from gagar.pipeline.parameters import convert
+
+    params: dict[str, ParameterValue] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not name.strip():
+        name = name.strip()
+        if not sep or not name:
             raise ValueError(f"--param {item!r}: use name=value")
-        if name.strip() in params:
-            raise ValueError(f"--param {name.strip()!r} is given twice")
-        params[name.strip()] = value
+        if name in params:
+            raise ValueError(f"--param {name!r} is given twice")
+        params[name] = convert(name, value)
     return params
 
 
@@ -78,7 +85,7 @@ class Schedule:
     max_concurrency: int = 1
     catchup: bool = False
     service_account: str | None = None
-    params: dict[str, str] = field(default_factory=dict)
+    params: dict[str, ParameterValue] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cron", validate_cron(self.cron))

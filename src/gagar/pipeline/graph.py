@@ -23,6 +23,7 @@ __all__ = [
     "Stage",
     "docstring",
     "generation_stages",
+    "settings_of",
     "signature",
     "stage",
 ]
@@ -174,18 +175,25 @@ def generation_stages() -> tuple[Stage, ...]:
     return tuple(s for s in RL_STEP if s.per_gen_batch)
 
 
-def signature() -> inspect.Signature:
-    """The RL pipeline function's signature: one parameter per :data:`PARAMETERS` entry, typed, with
-    its default (the pipeline takes it from here, so its parameters are declared only in the config)."""
+def signature(extra: tuple[inspect.Parameter, ...] = ()) -> inspect.Signature:
+    """A pipeline function's signature: one parameter per :data:`PARAMETERS` entry, typed, with its
+    default (the pipeline takes it from here, so its parameters are declared only in the config),
+    then a pipeline's own ``extra`` ones (required ones before the rest)."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    return inspect.Signature(
-        [
-            inspect.Parameter(p.name, kind, annotation=p.type)
-            if p.default is None
-            else inspect.Parameter(p.name, kind, annotation=p.type, default=p.default)
-            for p in PARAMETERS
-        ]
-    )
+    generated = [
+        inspect.Parameter(p.name, kind, annotation=p.type)
+        if p.default is None
+        else inspect.Parameter(p.name, kind, annotation=p.type, default=p.default)
+        for p in PARAMETERS
+    ]
+    every = [*generated, *extra]
+    required = [p for p in every if p.default is inspect.Parameter.empty]
+    return inspect.Signature([*required, *(p for p in every if p.default is not inspect.Parameter.empty)])
+
+
+def settings_of(arguments: dict[str, object]) -> dict[str, object]:
+    """The ``settings`` every stage takes: the pipeline's parameters among a pipeline's ``arguments``."""
+    return {p.name: arguments[p.name] for p in PARAMETERS}
 
 
 def stage(name: str) -> Stage:

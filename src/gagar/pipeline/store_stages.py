@@ -77,9 +77,12 @@ def log_metrics(sink: MetricsSink, metrics: Mapping[str, float]) -> None:
 
 
 def step_config(settings: Settings) -> Any:
-    """The run's :class:`~gagar.train.config.TrainConfig` from the pipeline's parameters."""
+    """The run's :class:`~gagar.train.config.TrainConfig` from the pipeline's parameters; a
+    ``GAGAR_<NAME>__`` variable of the task's environment that no settings class reads is refused."""
     from gagar.pipeline.parameters import config_from_parameters
+    from gagar.settings_env import check_environment
 
+    check_environment()
     return config_from_parameters(settings, run_dir=scratch_root())
 
 
@@ -584,23 +587,22 @@ def grader_sft(
 
 
 @warm
-def evaluate(
-    *, tasks: str, trajectories: str, results_out: str, backend: str, workers: int
-) -> dict[str, float]:
+def evaluate(*, settings: Settings, tasks: str, trajectories: str, results_out: str) -> dict[str, float]:
     """Run every trajectory's tests and summarise the policy's answers (pass@1, parse rate, clean fixes)."""
     from gagar.policy.evaluate import evaluate_trajectories
-    from gagar.records import read_records, write_records
-    from gagar.sandbox.runner import BackendName, make_backend
+    from gagar.sandbox.runner import make_backend
     from gagar.schema.task import Task
     from gagar.schema.trajectory import Trajectory
 
+    config = step_config(settings)
+
     def run() -> dict[str, float]:
         quality, results = evaluate_trajectories(
-            read_records(tasks, Task),
-            read_records(trajectories, Trajectory),
-            make_backend(BackendName(backend), unset(workers)),
+            _read(tasks, Task),
+            _read(trajectories, Trajectory),
+            make_backend(config.sandbox.backend, config.sandbox.workers),
         )
-        write_records(results_out, results)
+        records.write_records(results_out, results)
         summary = json.loads(quality.model_dump_json())
         flat = {f"eval/{key}": value for key, value in summary.items() if not isinstance(value, dict)}
         for key, values in summary.items():  # tool_calls_mean: one metric per command

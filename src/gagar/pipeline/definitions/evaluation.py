@@ -1,9 +1,13 @@
-"""The evaluation pipeline: sample the latest policy on held-out tasks and report the quality of its fixes.
+"""The evaluation pipeline: sample the latest policy of a run's store on held-out tasks and judge it.
 
-prepare (tasks, the store's latest checkpoint or ``model``) -> rollout -> evaluate (tests every
-answer; pass@1, parse rate and the share of resolving fixes the oracle calls unclean).
+prepare (the tasks, the policy to sample from: the store's latest checkpoint) -> rollout (one
+generation batch: ``rollout_gen_batch_groups`` tasks, ``rollout_group_size`` answers each, the
+agent and sampling settings of the run) -> evaluate (each answer's tests, pass@1, parse rate and
+the share of unclean fixes). Its parameters are the RL pipeline's (the training config), so an
+evaluation samples exactly as the run it measures does.
 """
 
+import inspect
 from typing import Any
 
 from kfp import dsl
@@ -11,6 +15,7 @@ from kfp import dsl
 from gagar.pipeline.components.evaluate.component import evaluate
 from gagar.pipeline.components.prepare.component import prepare
 from gagar.pipeline.components.rollout.component import rollout
+from gagar.pipeline.graph import SETTINGS, docstring, settings_of, signature
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]
@@ -19,53 +24,20 @@ __all__ = ["build"]
 def build(options: PlatformOptions | None = None) -> Any:
     """The evaluation pipeline with ``options`` on every task."""
     platform = options or PlatformOptions()
+    order = list(signature().parameters)
 
-    @dsl.pipeline(name="gagar-evaluation", description="Pass@1 and fix quality of the latest GAGAR policy.")
-    def evaluation(
-        model: str,
-        tasks: str,
-        storage: str,
-        groups: int = 32,
-        group_size: int = 4,
-        seed: int = 1,
-        temperature: float = 1.0,
-        max_new_tokens: int = 256,
-        rollout_backend: str = "hf",
-        policy_endpoint: str = "",
-        sandbox_backend: str = "kubernetes",
-        sandbox_workers: int = 0,
-        agent: str = "single",
-        max_turns: int = 8,
-        max_trajectory_tokens: int = 2048,
-        max_trajectory_seconds: float = 600.0,
-        max_live_conversations: int = 0,
-    ):
-        start = prepare(storage=storage, model=model, tasks_uri=tasks)
+    def evaluation(*args: Any) -> None:
+        settings = settings_of(dict(zip(order, args, strict=True)))
+        start = prepare(**{SETTINGS: settings})
         sampled = rollout(
+            **{SETTINGS: settings},
             policy=start.outputs["policy"],
             step=start.outputs["step"],
-            storage=storage,
+            gen_batch=0,
             tasks=start.outputs["tasks"],
-            groups=groups,
-            group_size=group_size,
-            seed=seed,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            backend=rollout_backend,
-            endpoint=policy_endpoint,
-            agent=agent,
-            max_turns=max_turns,
-            max_trajectory_tokens=max_trajectory_tokens,
-            max_trajectory_seconds=max_trajectory_seconds,
-            max_live_conversations=max_live_conversations,
-            sandbox=sandbox_backend,
-            sandbox_workers=sandbox_workers,
         )
         judged = evaluate(
-            tasks=start.outputs["tasks"],
-            trajectories=sampled.outputs["trajectories"],
-            backend=sandbox_backend,
-            workers=sandbox_workers,
+            **{SETTINGS: settings}, tasks=start.outputs["tasks"], trajectories=sampled.outputs["trajectories"]
         )
         for name, image, task, uses_store in (
             ("prepare", "train", start, True),
@@ -74,4 +46,6 @@ def build(options: PlatformOptions | None = None) -> Any:
         ):
             configure(task, name, image, platform, store=uses_store).set_display_name(name)
 
-    return evaluation
+    evaluation.__signature__ = signature()  # type: ignore[attr-defined]
+    evaluation.__doc__ = docstring("Pass@1 and fix quality of the latest policy of a GAGAR run.")
+    return dsl.pipeline(name="gagar-evaluation", description=inspect.cleandoc(__doc__ or ""))(evaluation)

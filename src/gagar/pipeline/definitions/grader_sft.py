@@ -2,9 +2,11 @@
 
 prepare (training tasks, the policy to sample from) -> rollout -> sandbox -> grader_sft, which
 labels the groups with the patch-quality oracle, trains the learned grader and measures it on the
-held-out tasks' groups. The grader comes out as a KFP Model artifact.
+held-out tasks' groups. The grader comes out as a KFP Model artifact. Its parameters are the RL
+pipeline's (the training config: how the policy samples and where tests run) and the grader SFT's own.
 """
 
+import inspect
 from typing import Any
 
 from kfp import dsl
@@ -13,62 +15,48 @@ from gagar.pipeline.components.grader_sft.component import grader_sft
 from gagar.pipeline.components.prepare.component import prepare
 from gagar.pipeline.components.rollout.component import rollout
 from gagar.pipeline.components.sandbox.component import sandbox
+from gagar.pipeline.graph import SETTINGS, settings_of, signature
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]
+
+_KIND = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_OWN = (
+    inspect.Parameter("eval_tasks", _KIND, annotation=str),
+    inspect.Parameter("groups_per_task", _KIND, annotation=int, default=3),
+    inspect.Parameter("epochs", _KIND, annotation=int, default=300),
+)
+"""The grader SFT's own parameters: held-out tasks, noise groups per task, the scorer's epochs."""
 
 
 def build(options: PlatformOptions | None = None) -> Any:
     """The grader-SFT pipeline with ``options`` on every task."""
     platform = options or PlatformOptions()
+    order = list(signature(_OWN).parameters)
 
-    @dsl.pipeline(name="gagar-grader-sft", description="Train and measure GAGAR's learned grader.")
-    def grader_sft_pipeline(
-        model: str,
-        tasks: str,
-        eval_tasks: str,
-        storage: str,
-        groups: int = 16,
-        group_size: int = 8,
-        seed: int = 0,
-        temperature: float = 1.0,
-        max_new_tokens: int = 256,
-        rollout_backend: str = "hf",
-        policy_endpoint: str = "",
-        sandbox_backend: str = "kubernetes",
-        sandbox_workers: int = 0,
-        groups_per_task: int = 3,
-        epochs: int = 300,
-    ):
-        start = prepare(storage=storage, model=model, tasks_uri=tasks)
-        held_out = prepare(storage=storage, model=model, tasks_uri=eval_tasks)
+    def grader_sft_pipeline(*args: Any) -> None:
+        given = dict(zip(order, args, strict=True))
+        settings = settings_of(given)
+        start = prepare(**{SETTINGS: settings})
+        held_out = prepare(**{SETTINGS: {**settings, "tasks": given["eval_tasks"]}})
         sampled = rollout(
+            **{SETTINGS: settings},
             policy=start.outputs["policy"],
             step=start.outputs["step"],
-            storage=storage,
+            gen_batch=0,
             tasks=start.outputs["tasks"],
-            groups=groups,
-            group_size=group_size,
-            seed=seed,
-            temperature=temperature,
-            max_new_tokens=max_new_tokens,
-            backend=rollout_backend,
-            endpoint=policy_endpoint,
         )
         tested = sandbox(
-            tasks=start.outputs["tasks"],
-            trajectories=sampled.outputs["trajectories"],
-            backend=sandbox_backend,
-            workers=sandbox_workers,
+            **{SETTINGS: settings}, tasks=start.outputs["tasks"], trajectories=sampled.outputs["trajectories"]
         )
         trained = grader_sft(
             tasks=start.outputs["tasks"],
             trajectories=sampled.outputs["trajectories"],
             results=tested.outputs["results"],
             eval_tasks=held_out.outputs["tasks"],
-            groups_per_task=groups_per_task,
-            epochs=epochs,
-            seed=seed,
+            groups_per_task=given["groups_per_task"],
+            epochs=given["epochs"],
+            seed=given["seed"],
         )
         for name, image, task, uses_store in (
             ("prepare", "train", start, True),
@@ -79,4 +67,7 @@ def build(options: PlatformOptions | None = None) -> Any:
         ):
             configure(task, name, image, platform, store=uses_store).set_display_name(name)
 
-    return grader_sft_pipeline
+    grader_sft_pipeline.__signature__ = signature(_OWN)  # type: ignore[attr-defined]
+    return dsl.pipeline(name="gagar-grader-sft", description="Train and measure GAGAR's learned grader.")(
+        grader_sft_pipeline
+    )
