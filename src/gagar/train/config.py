@@ -165,9 +165,10 @@ class TrainConfig(BaseSettings):
     run_dir: Path = Path("runs/train")
     """Where checkpoints, per-step artifacts, metrics.jsonl and plots go."""
     tasks: Path
-    """Training tasks (JSONL or parquet)."""
+    """Training tasks (JSONL or parquet): a file, or for a pipeline also a store URI (s3://…)."""
     policy: Path
-    """Initial policy: a Hugging Face model directory (the SFT checkpoint)."""
+    """Initial policy, the SFT checkpoint: a Hugging Face model directory, or for a pipeline also a
+    store reference (s3://…)."""
     steps: int = Field(default=4, ge=1)
     """RL steps of the run."""
     seed: int = 0
