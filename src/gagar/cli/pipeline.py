@@ -2,20 +2,56 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import typer
 
 from gagar import __version__
-from gagar.pipeline.images import DEFAULT_REGISTRY
+from gagar.pipeline.images import DEFAULT_REGISTRY, STAGES
 
-__all__ = ["app"]
+__all__ = ["app", "stage_images"]
 
 app = typer.Typer(
     name="pipeline", help="Compile (KFP or Argo) and upload the pipelines.", no_args_is_help=True
 )
 
 HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
+IMAGE_ENV = "GAGAR_IMAGES__"
+"""Prefix of the environment variables naming a stage's image (the chart's settings ConfigMap)."""
+
+
+def stage_images(flags: Sequence[str], environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``(stage, image)`` of every stage named by ``--image STAGE=IMAGE`` or ``GAGAR_IMAGES__<STAGE>``.
+
+    A flag wins over the environment. Stages named by neither keep the registry/tag image.
+
+    Raises:
+        ValueError: a flag without ``=``, an unknown stage, or an empty image, naming it.
+    """
+    found = {
+        stage: environ[f"{IMAGE_ENV}{stage.upper()}"]
+        for stage in STAGES
+        if environ.get(f"{IMAGE_ENV}{stage.upper()}")
+    }
+    for flag in flags:
+        stage, sep, ref = flag.partition("=")
+        if not sep or not ref:
+            raise ValueError(
+                f"--image {flag!r}: expected STAGE=IMAGE, e.g. rollout=registry.local/gagar-rollout:1"
+            )
+        if stage not in STAGES:
+            raise ValueError(f"--image {flag!r}: unknown stage {stage!r}, choose from {', '.join(STAGES)}")
+        found[stage] = ref
+    return tuple(sorted(found.items()))
+
+
+def _secret_keys(text: str) -> tuple[str, str]:
+    access, sep, secret = text.partition(",")
+    if not sep or not access or not secret or "," in secret:
+        raise ValueError(f"--store-secret-keys {text!r}: expected ACCESS_KEY_KEY,SECRET_KEY_KEY")
+    return access, secret
 
 
 @app.command("compile")
@@ -32,8 +68,20 @@ def compile_(
     image_variant: str = typer.Option(
         "", help="'cpu': the CPU variants of the CUDA stage images (make images); '' the release images."
     ),
+    image: list[str] = typer.Option(
+        [],
+        "--image",
+        help="Full image of one stage as STAGE=IMAGE (repeatable); overrides --image-registry/--image-tag "
+        "for that stage [env: GAGAR_IMAGES__<STAGE>, e.g. GAGAR_IMAGES__ROLLOUT].",
+    ),
+    pull_secret: list[str] = typer.Option(
+        [], "--pull-secret", help="Image pull Secret of every task (repeatable)."
+    ),
     store_secret: str = typer.Option(
         "mlpipeline-minio-artifact", help="Secret with the S3 keys ('' passes none, e.g. with IRSA)."
+    ),
+    store_secret_keys: str = typer.Option(
+        "accesskey,secretkey", help="ACCESS_KEY_KEY,SECRET_KEY_KEY: the keys of the S3 keys in that Secret."
     ),
     settings_configmap: str = typer.Option(
         "gagar-settings", help="The chart's settings ConfigMap, <release>-settings ('' for none)."
@@ -73,7 +121,10 @@ def compile_(
             image_registry=image_registry,
             image_tag=image_tag,
             image_variant=image_variant or None,
+            images=stage_images(image, os.environ),
+            pull_secrets=tuple(pull_secret),
             store_secret=store_secret or None,
+            store_secret_keys=_secret_keys(store_secret_keys),
             settings_configmap=settings_configmap or None,
             gpus=(("rollout", 1), ("train", 1)) if gpus else (),
             timeout_s=timeout_s,

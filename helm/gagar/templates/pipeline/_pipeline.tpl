@@ -19,7 +19,7 @@ resources:
 volumeMounts:
   - name: tmp
     mountPath: /tmp
-  {{- if ne $values.pipeline.package.source "image" }}
+  {{- if has $values.pipeline.package.source (list "inline" "configMap") }}
   - name: pipeline-package
     mountPath: /pipeline
     readOnly: true
