@@ -9,12 +9,16 @@ from pathlib import Path
 import typer
 
 from gagar import __version__
+from gagar.cli.core import GagarGroup
 from gagar.pipeline.images import DEFAULT_REGISTRY, STAGES
 
 __all__ = ["app", "stage_images"]
 
 app = typer.Typer(
-    name="pipeline", help="Compile (KFP or Argo) and upload the pipelines.", no_args_is_help=True
+    cls=GagarGroup,
+    name="pipeline",
+    help="Compile (KFP or Argo) and upload the pipelines.",
+    no_args_is_help=True,
 )
 
 HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
@@ -116,59 +120,58 @@ def compile_(
     """Compile a pipeline to the YAML the Kubeflow UI uploads, or to an Argo Workflow / CronWorkflow."""
     from gagar.pipeline.platform import PlatformOptions
 
-    try:
-        options = PlatformOptions(
-            image_registry=image_registry,
-            image_tag=image_tag,
-            image_variant=image_variant or None,
-            images=stage_images(image, os.environ),
-            pull_secrets=tuple(pull_secret),
-            store_secret=store_secret or None,
-            store_secret_keys=_secret_keys(store_secret_keys),
-            settings_configmap=settings_configmap or None,
-            gpus=(("rollout", 1), ("train", 1)) if gpus else (),
-            timeout_s=timeout_s,
-            retries=retries,
+    options = PlatformOptions(
+        image_registry=image_registry,
+        image_tag=image_tag,
+        image_variant=image_variant or None,
+        images=stage_images(image, os.environ),
+        pull_secrets=tuple(pull_secret),
+        store_secret=store_secret or None,
+        store_secret_keys=_secret_keys(store_secret_keys),
+        settings_configmap=settings_configmap or None,
+        gpus=(("rollout", 1), ("train", 1)) if gpus else (),
+        timeout_s=timeout_s,
+        retries=retries,
+    )
+    if target == "argo":
+        from gagar.cli.params import typed_params
+        from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
+        from gagar.pipeline.client import parse_params
+
+        if pipeline != "rl":
+            raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
+        typed_params(param)  # every value of its parameter's type, before anything is written
+        argo = ArgoOptions(
+            name=name,
+            namespace=namespace,
+            service_account=service_account or None,
+            sandbox_service_account=sandbox_service_account or None,
+            artifact_repository=parse_repository(artifact_repository),
+            parameters=tuple(parse_params(param).items()),
         )
-        if target == "argo":
-            from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
-            from gagar.pipeline.client import parse_params
+        cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
+        manifest = compile_argo(
+            out,
+            steps_per_run=steps_per_run,
+            platform=options,
+            argo=argo,
+            schedule=cron,
+            max_gen_batches=max_gen_batches,
+        )
+    elif target == "kfp":
+        if schedule or param:
+            raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
+        from gagar.pipeline.build import compile_pipeline, executor_images
 
-            if pipeline != "rl":
-                raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
-            argo = ArgoOptions(
-                name=name,
-                namespace=namespace,
-                service_account=service_account or None,
-                sandbox_service_account=sandbox_service_account or None,
-                artifact_repository=parse_repository(artifact_repository),
-                parameters=tuple(parse_params(param).items()),
-            )
-            cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
-            manifest = compile_argo(
-                out,
-                steps_per_run=steps_per_run,
-                platform=options,
-                argo=argo,
-                schedule=cron,
-                max_gen_batches=max_gen_batches,
-            )
-        elif target == "kfp":
-            if schedule or param:
-                raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
-            from gagar.pipeline.build import compile_pipeline, executor_images
-
-            path = compile_pipeline(
-                pipeline,
-                out,
-                steps_per_run=steps_per_run,
-                options=options,
-                max_gen_batches=max_gen_batches if pipeline == "rl" else None,
-            )
-        else:
-            raise ValueError(f"unknown target {target!r}: choose kfp or argo")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        path = compile_pipeline(
+            pipeline,
+            out,
+            steps_per_run=steps_per_run,
+            options=options,
+            max_gen_batches=max_gen_batches if pipeline == "rl" else None,
+        )
+    else:
+        raise ValueError(f"unknown target {target!r}: choose kfp or argo")
     if target == "argo":
         typer.echo(f"wrote {out} (Argo {manifest['kind']} {name}, {steps_per_run} RL step(s) a run)")
         return
