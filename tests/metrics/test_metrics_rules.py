@@ -127,3 +127,13 @@ def test_every_alert_has_a_runbook_in_docs_metrics() -> None:
 def test_the_stall_alert_needs_a_running_run() -> None:
     (stall,) = [r for g in rule_groups() for r in g["rules"] if r.get("alert") == "GagarTrainingStalled"]
     assert "gagar_run_active == 1" in stall["expr"]
+
+
+def test_the_two_runs_test_catches_a_stall_alert_between_runs(tmp_path: Path) -> None:
+    broken = RULES.read_text().replace("and on (job, run) (gagar_run_active == 1)", "")
+    assert broken != RULES.read_text()
+    (tmp_path / RULES.name).write_text(broken)
+    shutil.copy(MONITORING / "gagar-rules.test.yaml", tmp_path)
+    result = promtool("test", "rules", str(tmp_path / "gagar-rules.test.yaml"))
+    assert result.returncode != 0
+    assert "alertname: GagarTrainingStalled, time: 1h40m" in result.stdout + result.stderr
