@@ -67,3 +67,11 @@ def test_servers_have_one_name_each() -> None:
     pairs = {path for path in COMMANDS if len(path) == 2}
     swapped = sorted((a, b) for a, b in pairs if (b, a) in pairs)
     assert swapped == []
+
+
+def test_escaping_twice_changes_nothing() -> None:
+    from gagar.cli.core import escape_help
+
+    before = _help("train")
+    escape_help(app)
+    assert _help("train") == before

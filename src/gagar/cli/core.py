@@ -1,9 +1,9 @@
 """What every ``gagar`` command shares: user errors as one line with exit code 2, help texts shown as written.
 
-:class:`GagarGroup` is the root command's class: whatever a command raises passes through its
-``invoke``, where :func:`gagar.errors.user_message` tells a user error (printed as
-``gagar <command>: error: <what was wrong>``, exit code 2) from a bug (its traceback, as before).
-``GAGAR_DEBUG=1`` keeps the traceback of user errors too.
+:class:`GagarGroup` is the class of the root command and of every command group: whatever a
+command raises passes through the ``invoke`` of its group, where :func:`gagar.errors.user_message`
+tells a user error (printed as ``gagar <command>: error: <what was wrong>``, exit code 2) from a
+bug (its traceback, as before). ``GAGAR_DEBUG=1`` keeps the traceback of user errors too.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ USER_ERROR_EXIT = 2
 
 
 class GagarGroup(TyperGroup):
-    """The root group: turns user errors raised anywhere below it into one line and exit code 2."""
+    """A command group that turns its commands' user errors into one line and exit code 2."""
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -58,16 +58,20 @@ def _fail(line: str, code: int) -> None:
     raise typer.Exit(code)
 
 
+_ESCAPED = "_gagar_escaped"
+"""Attribute marking a help text already escaped (options shared by several commands are visited once)."""
+
+
 def escape_help(app: typer.Typer) -> None:
     """Escape Rich markup in every option and argument help of ``app`` and its groups, so that
-    ``[env: GAGAR_POLICY]`` and ``[default: cores]`` show as written instead of vanishing as tags."""
-    seen: set[int] = set()
+    ``[env: GAGAR_POLICY]`` and ``[default: cores]`` show as written instead of vanishing as tags.
+    Calling it again changes nothing."""
 
     def visit(typer_app: typer.Typer) -> None:
         for command in typer_app.registered_commands:
-            _escape_params(command.callback, seen)
+            _escape_params(command.callback)
         if typer_app.registered_callback is not None:
-            _escape_params(typer_app.registered_callback.callback, seen)
+            _escape_params(typer_app.registered_callback.callback)
         for group in typer_app.registered_groups:
             if group.typer_instance is not None:
                 visit(group.typer_instance)
@@ -75,13 +79,13 @@ def escape_help(app: typer.Typer) -> None:
     visit(app)
 
 
-def _escape_params(callback: Any, seen: set[int]) -> None:
+def _escape_params(callback: Any) -> None:
     import inspect
 
     if callback is None:
         return
     for parameter in inspect.signature(callback).parameters.values():
         info = parameter.default
-        if isinstance(info, ParameterInfo) and id(info) not in seen and info.help:
-            seen.add(id(info))
+        if isinstance(info, ParameterInfo) and info.help and not getattr(info, _ESCAPED, False):
             info.help = escape(info.help)
+            setattr(info, _ESCAPED, True)
