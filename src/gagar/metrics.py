@@ -1,7 +1,12 @@
 """Prometheus metrics: every GAGAR metric declared once in :data:`METRICS`, a step recorder, push helpers.
 
 The trainer and the pipeline's train stage build the metrics on their own
-:class:`CollectorRegistry` and push it to a Pushgateway (:func:`push_step`). Names follow
+:class:`CollectorRegistry` and push it to a Pushgateway (:func:`push_step`). A pipeline task
+pushes one step into a fresh registry, so it first turns its per-step counts into running totals
+over the run store's earlier steps (:func:`cumulative_totals`): the pushed ``_total`` counters then
+grow across steps and runs, as ``rate()`` expects. A pushed step marks its run active
+(``run/active``); :func:`finish_run` marks it finished, succeeded or failed, which is what the stall
+and failed-run alerts read. Names follow
 Prometheus conventions: base units, ``_total`` counters, ``_ratio`` gauges in [0, 1], fixed label
 names and no trajectory or task ids in labels.
 A metrics failure never stops training unless asked to (``strict=True``).
@@ -12,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -22,8 +27,8 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    delete_from_gateway,
     push_to_gateway,
+    pushadd_to_gateway,
 )
 
 from gagar.schema.result import Status, TestResult
@@ -31,11 +36,13 @@ from gagar.schema.result import Status, TestResult
 __all__ = [
     "LATENCY_BUCKETS_S",
     "METRICS",
+    "RUN_ACTIVE_KEY",
     "GagarMetrics",
     "Kind",
     "Metric",
     "MetricsPushError",
     "build_metrics",
+    "cumulative_totals",
     "finish_run",
     "push_step",
     "record_step",
@@ -46,6 +53,9 @@ log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 """Histogram buckets (seconds) for sandbox, grader and step latencies: 100 ms up to an hour."""
+
+RUN_ACTIVE_KEY = "run/active"
+"""Step key of :data:`METRICS`' ``gagar_run_active``: 1 in every step a run pushes."""
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9_]{1,40}$")
 _STATUSES = tuple(s.value for s in Status)
@@ -107,6 +117,24 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("gagar_train_step", Kind.GAUGE, "step", "Last completed RL step."),
+    Metric(
+        "gagar_run_active",
+        Kind.GAUGE,
+        RUN_ACTIVE_KEY,
+        "1 while a training run is in progress (it pushed a step and has not finished), 0 once it finished.",
+    ),
+    Metric(
+        "gagar_run_failed",
+        Kind.GAUGE,
+        "run/failed",
+        "1 when the last training run of this job and run group failed, 0 when it succeeded.",
+    ),
+    Metric(
+        "gagar_run_finished_timestamp_seconds",
+        Kind.TIMESTAMP,
+        "run/finished",
+        "Unix time the last training run finished, succeeded or failed.",
+    ),
     Metric(
         "gagar_train_last_step_timestamp_seconds",
         Kind.TIMESTAMP,
@@ -263,11 +291,16 @@ class GagarMetrics:
         return names
 
 
-def build_metrics(registry: CollectorRegistry | None = None) -> GagarMetrics:
-    """Declare every metric of :data:`METRICS` on ``registry`` (a fresh one when None)."""
+def build_metrics(
+    registry: CollectorRegistry | None = None, only: Collection[str] | None = None
+) -> GagarMetrics:
+    """Declare every metric of :data:`METRICS` (or those named in ``only``) on ``registry`` (a fresh
+    one when None)."""
     reg = registry if registry is not None else CollectorRegistry()
     collectors: dict[str, Counter | Gauge | Histogram] = {}
     for metric in METRICS:
+        if only is not None and metric.name not in only:
+            continue
         labels = (metric.label,) if metric.label else ()
         if metric.kind is Kind.COUNTER:
             collectors[metric.name] = Counter(metric.name, metric.help, labels, registry=reg)
@@ -374,17 +407,70 @@ def push_step(
 
 
 def finish_run(
-    gateway_url: str, job: str, grouping_key: Mapping[str, str] | None = None, *, strict: bool = False
+    gateway_url: str,
+    job: str,
+    grouping_key: Mapping[str, str] | None = None,
+    *,
+    succeeded: bool,
+    strict: bool = False,
+    now: float | None = None,
+    timeout_s: float = 5.0,
 ) -> bool:
-    """Delete a finished run's group from the Pushgateway, so its last values stop being scraped
-    (and a finished run does not look like a stalled one). Same error handling as :func:`push_step`.
+    """Mark a run finished in its Pushgateway group: ``gagar_run_active`` 0, ``gagar_run_failed``
+    1 or 0, ``gagar_run_finished_timestamp_seconds``. Only these three are replaced (a push-add):
+    the step's totals and gauges stay, so counters do not vanish between scheduled runs, and a
+    finished run no longer looks stalled. Same error handling as :func:`push_step`.
+
+    Call it where a run ends: at the end of the trainer's loop, in the pipeline's exit handler.
     """
+    names = ("gagar_run_active", "gagar_run_failed", "gagar_run_finished_timestamp_seconds")
+    m = build_metrics(CollectorRegistry(), only=names)
+    values = {RUN_ACTIVE_KEY: 0.0, "run/failed": 0.0 if succeeded else 1.0, "run/finished": 1.0}
+    record_step(m, values, now=now)
     try:
-        delete_from_gateway(gateway_url, job=job, grouping_key=dict(grouping_key or {}))
+        pushadd_to_gateway(
+            gateway_url,
+            job=job,
+            registry=m.registry,
+            grouping_key=dict(grouping_key or {}),
+            timeout=timeout_s,
+        )
     except OSError as exc:
-        message = f"could not delete metrics of job {job!r} from Pushgateway {gateway_url}: {exc}"
+        message = f"could not push metrics of job {job!r} to Pushgateway {gateway_url}: {exc}"
         if strict:
             raise MetricsPushError(message) from exc
         log.warning(message)
         return False
     return True
+
+
+def _counter_key(key: str) -> bool:
+    """Whether ``key`` feeds counters only (a per-step count), so its totals are sums."""
+    fed = [metric.kind for metric in METRICS if metric.match(key) is not None]
+    return bool(fed) and all(kind is Kind.COUNTER for kind in fed)
+
+
+def cumulative_totals(
+    previous: Iterable[Mapping[str, float]], step_metrics: Mapping[str, float]
+) -> dict[str, float]:
+    """``step_metrics`` with each counter key's per-step count replaced by its running total.
+
+    ``previous`` holds the earlier steps' metric dicts (the run store's ``metrics/step-N.json``,
+    earlier scheduled runs included); entries of this step or later ones are left out, so the
+    answer is the same before and after this step's metrics are stored, and on a retried step.
+    Counter keys only earlier steps had (a status no trajectory of this step ended in) are carried
+    with their totals, so no series disappears from a push. Other keys (gauges, ratios) are
+    unchanged; histogram samples are not step keys and stay per step.
+
+    The train stage pushes ``record_step(build_metrics(), {**cumulative_totals(earlier, merged),
+    RUN_ACTIVE_KEY: 1})`` into a fresh registry: ``gagar_*_total`` then grow across steps and runs.
+    """
+    step = step_metrics.get("step")
+    totals = {k: float(v) for k, v in step_metrics.items() if _counter_key(k)}
+    for earlier in previous:
+        if step is not None and earlier.get("step", -1.0) >= step:
+            continue
+        for key, value in earlier.items():
+            if _counter_key(key):
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return {**step_metrics, **totals}

@@ -68,36 +68,65 @@ def test_kfp_launcher_defaults_to_the_bundled_seaweedfs_store() -> None:
     assert "overrides" not in yaml.safe_load(launcher["data"]["providers"])["s3"]
 
 
-def test_upload_job_uploads_then_schedules_without_catchup() -> None:
+def test_upload_job_compiles_then_uploads_and_schedules_nothing_by_default() -> None:
     job = _one(render_objects(), "Job", "pipeline-upload")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
-    containers = _containers(job)
-    upload, schedule = containers["upload"]["args"], containers["schedule"]["args"]
+    spec = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["compile"]
+    assert [c["name"] for c in spec["containers"]] == ["upload"]
+    compile_, upload = _containers(job)["compile"]["args"], _containers(job)["upload"]["args"]
+    assert compile_[:2] == ["pipeline", "compile"]
+    assert _flag(compile_, "--out") == _flag(upload, "--package") == "/tmp/rl.yaml"
+    assert _flag(compile_, "--settings-configmap") == f"{RELEASE}-settings"
+    assert _flag(compile_, "--store-secret") == "mlpipeline-minio-artifact"
+    assert "--gpus" in compile_
     assert upload[:2] == ["pipeline", "upload"]
-    assert _flag(upload, "--package") == "/opt/gagar/pipelines/rl.yaml"
     assert _flag(upload, "--version") == "0.1.0-r1"
-    assert schedule[0] == "schedule"
-    assert _flag(schedule, "--cron") == "0 0 2 * * *"
-    assert _flag(schedule, "--max-concurrency") == "1"
-    assert "--no-catchup" in schedule
-    assert _flag(schedule, "--service-account") == f"{RELEASE}-runner"
-    assert containers["schedule"]["image"] == "ghcr.io/gagar-project/gagar-train:0.1.0"
-    volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
+    assert _containers(job)["upload"]["image"] == "ghcr.io/gagar-project/gagar-train:0.1.0"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "pipeline-package" not in volumes
     token = volumes["kfp-token"]["projected"]["sources"][0]["serviceAccountToken"]
     assert token["audience"] == "pipelines.kubeflow.org"
 
 
-def test_upload_job_passes_run_parameters_and_mounts_a_configmap_package() -> None:
+def test_upload_job_schedules_with_the_required_parameters_and_the_pushgateway() -> None:
     job = _one(render_objects(scenario_values("external-s3")), "Job", "pipeline-upload")
     containers = _containers(job)
     schedule = containers["schedule"]["args"]
-    params = [schedule[i + 1] for i, arg in enumerate(schedule) if arg == "--param"]
-    assert sorted(params) == ["group_size=8", "steps=20"]
+    assert [c["name"] for c in job["spec"]["template"]["spec"]["initContainers"]] == ["upload"]
+    assert schedule[0] == "schedule"
+    assert _flag(schedule, "--cron") == "0 30 3 * * 1-5"
+    assert _flag(schedule, "--max-concurrency") == "1"
+    assert "--no-catchup" in schedule
+    assert _flag(schedule, "--service-account") == "gagar-pipeline"  # sandbox.serviceAccount.name
+    params = dict(schedule[i + 1].split("=", 1) for i, arg in enumerate(schedule) if arg == "--param")
+    assert params == {
+        "group_size": "8",
+        "model": "s3://acme-ml-artifacts/gagar/prod/models/sft-policy",
+        "tasks": "s3://acme-ml-artifacts/gagar/prod/tasks/train.jsonl",
+        "storage": "s3://acme-ml-artifacts/gagar/prod/runs/nightly",
+        "pushgateway": f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091",
+    }
     assert _flag(containers["upload"]["args"], "--package") == "/pipeline/rl.yaml"
     volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
     assert volumes["pipeline-package"]["configMap"]["name"] == "gagar-compiled-pipeline"
     assert containers["upload"]["image"] == "registry.example.com/gagar-project/gagar-train:0.1.0-rc1"
     assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "registry-credentials"}]
+
+
+def test_a_pushgateway_parameter_given_wins_and_none_is_added_without_the_pushgateway() -> None:
+    required = {"model": "m", "tasks": "t", "storage": "s"}
+    for monitoring, given, expected in (
+        (True, {"pushgateway": "http://mine:9091"}, "http://mine:9091"),
+        (False, {}, None),
+    ):
+        values = {
+            "pipeline": {"recurringRun": {"enabled": True, "parameters": {**required, **given}}},
+            "monitoring": {"pushgateway": {"enabled": monitoring}},
+        }
+        schedule = _containers(_one(render_objects(values), "Job", "pipeline-upload"))["schedule"]["args"]
+        params = dict(schedule[i + 1].split("=", 1) for i, arg in enumerate(schedule) if arg == "--param")
+        assert params.get("pushgateway") == expected
 
 
 def test_inline_package_is_shipped_in_a_hook_configmap() -> None:
@@ -121,7 +150,7 @@ def test_settings_configmap_points_at_every_enabled_service() -> None:
     assert data["GAGAR_KUBERNETES__NAMESPACE"] == f"{RELEASE}-sandbox"
     assert data["GAGAR_POLICY__BASE_URL"] == f"http://{RELEASE}-policy-server.{NAMESPACE}.svc:8000/v1"
     assert data["GAGAR_GRADER__BASE_URL"] == f"http://{RELEASE}-grader-server.{NAMESPACE}.svc:8000/v1"
-    assert data["GAGAR_METRICS__PUSHGATEWAY_URL"] == f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091"
+    assert data["GAGAR_METRICS__PUSHGATEWAY"] == f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091"
     for stage in ("rollout", "sandbox", "grader", "redistribute", "train"):
         assert data[f"GAGAR_IMAGES__{stage.upper()}"] == f"ghcr.io/gagar-project/gagar-{stage}:0.1.0"
 

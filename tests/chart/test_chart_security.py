@@ -96,14 +96,33 @@ def test_sandbox_role_grants_only_pod_management_in_the_sandbox_namespace() -> N
     assert all("*" not in rule["verbs"] and "*" not in rule["resources"] for rule in role["rules"])
 
 
-def test_sandbox_role_is_bound_to_the_runner_account_of_the_release_namespace() -> None:
+def test_sandbox_and_runner_roles_are_bound_to_the_release_account_and_kfps_run_accounts() -> None:
     objs = render_objects()
     account = _named(objs, "ServiceAccount", f"{RELEASE}-runner")
     assert account["metadata"]["namespace"] == NAMESPACE
+    # A run the chart schedules runs as <release>-runner; one submitted from the Kubeflow UI runs as
+    # pipeline-runner (single-user KFP) or default-editor (a multi-user profile namespace).
+    expected = [
+        {"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}
+        for name in (f"{RELEASE}-runner", "pipeline-runner", "default-editor")
+    ]
     binding = _named(objs, "RoleBinding", f"{RELEASE}-sandbox")
     assert binding["metadata"]["namespace"] == SANDBOX_NAMESPACE
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": f"{RELEASE}-runner", "namespace": NAMESPACE}
+    assert binding["subjects"] == expected
+    assert _named(objs, "RoleBinding", f"{RELEASE}-runner")["subjects"] == expected
+
+
+def test_kfp_run_accounts_follow_the_release_namespace_and_can_be_turned_off() -> None:
+    objs = render_objects(name="rl", namespace="team-ml")
+    binding = _named(objs, "RoleBinding", "rl-gagar-sandbox")
+    assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {
+        ("rl-gagar-runner", "team-ml"),
+        ("pipeline-runner", "team-ml"),
+        ("default-editor", "team-ml"),
+    }
+    only_own = render_objects({"sandbox": {"rbac": {"kfpServiceAccounts": []}}})
+    assert [s["name"] for s in _named(only_own, "RoleBinding", f"{RELEASE}-sandbox")["subjects"]] == [
+        f"{RELEASE}-runner"
     ]
 
 
@@ -112,6 +131,8 @@ def test_extra_subjects_join_the_sandbox_binding() -> None:
     binding = _named(objs, "RoleBinding", f"{RELEASE}-sandbox")
     assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {
         ("gagar-pipeline", NAMESPACE),
+        ("pipeline-runner", NAMESPACE),
+        ("default-editor", NAMESPACE),
         ("default-editor", "team-ml"),
     }
 

@@ -71,8 +71,14 @@ def test_push_step_reaches_prometheus_through_the_pushgateway(stack: Stack) -> N
     query = 'gagar_credit_moved_ratio{job="gagar-rl", run="exp-1", stage="train"}'
     wait_until(lambda: scraped_value(stack.prometheus, query) == 0.25, SCRAPE_WAIT_S, f"{query} == 0.25")
     assert scraped_value(stack.prometheus, 'gagar_train_step{job="gagar-rl"}') == 41
-    assert finish_run(stack.pushgateway.url, "gagar-rl", group, strict=True)
-    assert b'run="exp-1"' not in http_get(f"{stack.pushgateway.url}/metrics")
+    assert finish_run(stack.pushgateway.url, "gagar-rl", group, succeeded=False, strict=True)
+    pushed = http_get(f"{stack.pushgateway.url}/metrics").decode()
+    # finished and failed; the step's values stay (a push-add replaces only the run's three gauges)
+    assert re.search(r'gagar_run_active\{[^}]*run="exp-1"[^}]*\} 0', pushed), pushed
+    assert re.search(r'gagar_run_failed\{[^}]*run="exp-1"[^}]*\} 1', pushed), pushed
+    assert re.search(r'gagar_train_step\{[^}]*run="exp-1"[^}]*\} 41', pushed), pushed
+    failed = 'gagar_run_failed{job="gagar-rl", run="exp-1"}'
+    wait_until(lambda: scraped_value(stack.prometheus, failed) == 1, SCRAPE_WAIT_S, f"{failed} == 1")
 
 
 def dashboard_exprs() -> list[str]:

@@ -137,7 +137,7 @@ def test_push_to_an_unreachable_gateway_warns_or_raises(caplog: pytest.LogCaptur
     build_metrics(registry)["gagar_train_step"].set(3)
     with caplog.at_level(logging.WARNING, logger="gagar.metrics"):
         assert push_step(url, "gagar-train", registry, {"run": "r1"}, timeout_s=1) is False
-        assert finish_run(url, "gagar-train", {"run": "r1"}) is False
+        assert finish_run(url, "gagar-train", {"run": "r1"}, succeeded=True, timeout_s=1) is False
     assert f"could not push metrics of job 'gagar-train' to Pushgateway {url}" in caplog.text
     assert "training continues" in caplog.text
     with pytest.raises(MetricsPushError, match=re.escape(url)):

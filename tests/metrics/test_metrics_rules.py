@@ -41,7 +41,7 @@ def referenced(expr: str) -> set[str]:
 def test_promtool_checks_the_rules() -> None:
     result = promtool("check", "rules", RULES.name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 10 rules found" in result.stdout
+    assert "SUCCESS: 11 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -102,3 +102,38 @@ def test_dashboard_layout_is_valid() -> None:
         assert grid["x"] + grid["w"] <= 24
         assert [t["refId"] for t in panel["targets"]] == [chr(65 + i) for i in range(len(panel["targets"]))]
     assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "job"}
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces as dashes."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_alert_has_a_runbook_in_docs_metrics() -> None:
+    docs = MONITORING.parents[1] / "docs" / "metrics.md"
+    anchors = {
+        _github_anchor(line.lstrip("#")) for line in docs.read_text().splitlines() if line.startswith("#")
+    }
+    alerts = [r for g in rule_groups() for r in g["rules"] if "alert" in r]
+    assert {a["alert"] for a in alerts} >= {"GagarTrainingStalled", "GagarRunFailed"}
+    for alert in alerts:
+        url = alert["annotations"].get("runbook_url", "")
+        page, _, anchor = url.partition("#")
+        assert page == "https://github.com/gagar-project/gagar/blob/main/docs/metrics.md", alert["alert"]
+        assert anchor in anchors, f"{alert['alert']}: docs/metrics.md has no heading for #{anchor}"
+
+
+def test_the_stall_alert_needs_a_running_run() -> None:
+    (stall,) = [r for g in rule_groups() for r in g["rules"] if r.get("alert") == "GagarTrainingStalled"]
+    assert "gagar_run_active == 1" in stall["expr"]
+
+
+def test_the_two_runs_test_catches_a_stall_alert_between_runs(tmp_path: Path) -> None:
+    broken = RULES.read_text().replace("and on (job, run) (gagar_run_active == 1)", "")
+    assert broken != RULES.read_text()
+    (tmp_path / RULES.name).write_text(broken)
+    shutil.copy(MONITORING / "gagar-rules.test.yaml", tmp_path)
+    result = promtool("test", "rules", str(tmp_path / "gagar-rules.test.yaml"))
+    assert result.returncode != 0
+    assert "alertname: GagarTrainingStalled, time: 1h40m" in result.stdout + result.stderr

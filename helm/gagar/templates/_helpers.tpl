@@ -84,6 +84,32 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-pushgateway" (include "gagar.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* URL of the Pushgateway inside the cluster (the pipeline's `pushgateway` parameter). */}}
+{{- define "gagar.pushgateway.url" -}}
+{{- printf "http://%s.%s.svc:9091" (include "gagar.pushgateway.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/*
+Subjects bound to the sandbox Role and the runner Role: the chart's ServiceAccount, the accounts
+KFP runs UI-submitted runs under (sandbox.rbac.kfpServiceAccounts) and sandbox.rbac.extraSubjects.
+*/}}
+{{- define "gagar.rbac.subjects" -}}
+- kind: ServiceAccount
+  name: {{ include "gagar.sandbox.serviceAccountName" . }}
+  namespace: {{ .Release.Namespace }}
+{{- $own := include "gagar.sandbox.serviceAccountName" . }}
+{{- range .Values.sandbox.rbac.kfpServiceAccounts }}
+{{- if ne . $own }}
+- kind: ServiceAccount
+  name: {{ . }}
+  namespace: {{ $.Release.Namespace }}
+{{- end }}
+{{- end }}
+{{- with .Values.sandbox.rbac.extraSubjects }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/*
 Whether the cluster's Kubernetes is at least the given version, e.g. `include "gagar.kube.atLeast" (list . "1.23")`:
 what older servers lack (a field or an API) is rendered only where it exists.

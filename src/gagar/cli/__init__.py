@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from gagar import __version__
@@ -18,14 +20,21 @@ from gagar.cli import (
     serve,
     tasks,
 )
+from gagar.cli.core import GagarGroup, escape_help
 from gagar.cli.synthesize import synthesize
 from gagar.cli.train import train
 from gagar.cli.train import update as train_update
 
 __all__ = ["app", "main"]
 
+# kfp.Client warns on every connection that it needs KFP >= 2.0.0-beta.2: the only servers GAGAR supports.
+warnings.filterwarnings(
+    "ignore", message="This client only works with Kubeflow Pipeline", category=FutureWarning
+)
+
 app = typer.Typer(
     name="gagar",
+    cls=GagarGroup,
     help="GRPO with grader-aware credit redistribution for code agents.",
     no_args_is_help=True,
     add_completion=False,
@@ -65,6 +74,7 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(serve.app, name="serve")
 app.add_typer(experiment.app, name="experiment")
 app.add_typer(models.app, name="models")
+escape_help(app)
 
 
 def main() -> None:

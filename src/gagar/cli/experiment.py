@@ -8,10 +8,15 @@ from pathlib import Path
 
 import typer
 
+from gagar.cli.core import GagarGroup
+
 __all__ = ["app"]
 
 app = typer.Typer(
-    name="experiment", help="Compare GRPO and GAGAR from the same SFT checkpoint.", no_args_is_help=True
+    cls=GagarGroup,
+    name="experiment",
+    help="Compare GRPO and GAGAR from the same SFT checkpoint.",
+    no_args_is_help=True,
 )
 
 

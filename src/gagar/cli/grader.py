@@ -7,11 +7,14 @@ from pathlib import Path
 
 import typer
 
+from gagar.cli.core import GagarGroup
 from gagar.grader.run import GraderKind
 
 __all__ = ["app", "grade"]
 
-app = typer.Typer(name="grader", help="Train and evaluate the learned grader.", no_args_is_help=True)
+app = typer.Typer(
+    cls=GagarGroup, name="grader", help="Train and evaluate the learned grader.", no_args_is_help=True
+)
 
 _FILE = {"exists": True, "dir_okay": False}
 

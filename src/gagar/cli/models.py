@@ -6,10 +6,15 @@ from pathlib import Path
 
 import typer
 
+from gagar.cli.core import GagarGroup
+
 __all__ = ["app"]
 
 app = typer.Typer(
-    name="models", help="Pretrained checkpoints as Hugging Face folders for the policy.", no_args_is_help=True
+    cls=GagarGroup,
+    name="models",
+    help="Pretrained checkpoints as Hugging Face folders for the policy.",
+    no_args_is_help=True,
 )
 
 _DIR_HELP = "Model cache (env GAGAR_MODELS_DIR; default $XDG_CACHE_HOME/gagar/models)."

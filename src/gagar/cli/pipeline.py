@@ -2,20 +2,60 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import typer
 
 from gagar import __version__
-from gagar.pipeline.images import DEFAULT_REGISTRY
+from gagar.cli.core import GagarGroup
+from gagar.pipeline.images import DEFAULT_REGISTRY, STAGES
 
-__all__ = ["app"]
+__all__ = ["app", "stage_images"]
 
 app = typer.Typer(
-    name="pipeline", help="Compile (KFP or Argo) and upload the pipelines.", no_args_is_help=True
+    cls=GagarGroup,
+    name="pipeline",
+    help="Compile (KFP or Argo) and upload the pipelines.",
+    no_args_is_help=True,
 )
 
 HOST_HELP = "URL of the KFP API server [env: GAGAR_KFP_HOST]."
+IMAGE_ENV = "GAGAR_IMAGES__"
+"""Prefix of the environment variables naming a stage's image (the chart's settings ConfigMap)."""
+
+
+def stage_images(flags: Sequence[str], environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``(stage, image)`` of every stage named by ``--image STAGE=IMAGE`` or ``GAGAR_IMAGES__<STAGE>``.
+
+    A flag wins over the environment. Stages named by neither keep the registry/tag image.
+
+    Raises:
+        ValueError: a flag without ``=``, an unknown stage, or an empty image, naming it.
+    """
+    found = {
+        stage: environ[f"{IMAGE_ENV}{stage.upper()}"]
+        for stage in STAGES
+        if environ.get(f"{IMAGE_ENV}{stage.upper()}")
+    }
+    for flag in flags:
+        stage, sep, ref = flag.partition("=")
+        if not sep or not ref:
+            raise ValueError(
+                f"--image {flag!r}: expected STAGE=IMAGE, e.g. rollout=registry.local/gagar-rollout:1"
+            )
+        if stage not in STAGES:
+            raise ValueError(f"--image {flag!r}: unknown stage {stage!r}, choose from {', '.join(STAGES)}")
+        found[stage] = ref
+    return tuple(sorted(found.items()))
+
+
+def _secret_keys(text: str) -> tuple[str, str]:
+    access, sep, secret = text.partition(",")
+    if not sep or not access or not secret or "," in secret:
+        raise ValueError(f"--store-secret-keys {text!r}: expected ACCESS_KEY_KEY,SECRET_KEY_KEY")
+    return access, secret
 
 
 @app.command("compile")
@@ -32,8 +72,20 @@ def compile_(
     image_variant: str = typer.Option(
         "", help="'cpu': the CPU variants of the CUDA stage images (make images); '' the release images."
     ),
+    image: list[str] = typer.Option(
+        [],
+        "--image",
+        help="Full image of one stage as STAGE=IMAGE (repeatable); overrides --image-registry/--image-tag "
+        "for that stage [env: GAGAR_IMAGES__<STAGE>, e.g. GAGAR_IMAGES__ROLLOUT].",
+    ),
+    pull_secret: list[str] = typer.Option(
+        [], "--pull-secret", help="Image pull Secret of every task (repeatable)."
+    ),
     store_secret: str = typer.Option(
         "mlpipeline-minio-artifact", help="Secret with the S3 keys ('' passes none, e.g. with IRSA)."
+    ),
+    store_secret_keys: str = typer.Option(
+        "accesskey,secretkey", help="ACCESS_KEY_KEY,SECRET_KEY_KEY: the keys of the S3 keys in that Secret."
     ),
     settings_configmap: str = typer.Option(
         "gagar-settings", help="The chart's settings ConfigMap, <release>-settings ('' for none)."
@@ -68,56 +120,58 @@ def compile_(
     """Compile a pipeline to the YAML the Kubeflow UI uploads, or to an Argo Workflow / CronWorkflow."""
     from gagar.pipeline.platform import PlatformOptions
 
-    try:
-        options = PlatformOptions(
-            image_registry=image_registry,
-            image_tag=image_tag,
-            image_variant=image_variant or None,
-            store_secret=store_secret or None,
-            settings_configmap=settings_configmap or None,
-            gpus=(("rollout", 1), ("train", 1)) if gpus else (),
-            timeout_s=timeout_s,
-            retries=retries,
+    options = PlatformOptions(
+        image_registry=image_registry,
+        image_tag=image_tag,
+        image_variant=image_variant or None,
+        images=stage_images(image, os.environ),
+        pull_secrets=tuple(pull_secret),
+        store_secret=store_secret or None,
+        store_secret_keys=_secret_keys(store_secret_keys),
+        settings_configmap=settings_configmap or None,
+        gpus=(("rollout", 1), ("train", 1)) if gpus else (),
+        timeout_s=timeout_s,
+        retries=retries,
+    )
+    if target == "argo":
+        from gagar.cli.params import typed_params
+        from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
+        from gagar.pipeline.client import parse_params
+
+        if pipeline != "rl":
+            raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
+        typed_params(param)  # every value of its parameter's type, before anything is written
+        argo = ArgoOptions(
+            name=name,
+            namespace=namespace,
+            service_account=service_account or None,
+            sandbox_service_account=sandbox_service_account or None,
+            artifact_repository=parse_repository(artifact_repository),
+            parameters=tuple(parse_params(param).items()),
         )
-        if target == "argo":
-            from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
-            from gagar.pipeline.client import parse_params
+        cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
+        manifest = compile_argo(
+            out,
+            steps_per_run=steps_per_run,
+            platform=options,
+            argo=argo,
+            schedule=cron,
+            max_gen_batches=max_gen_batches,
+        )
+    elif target == "kfp":
+        if schedule or param:
+            raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
+        from gagar.pipeline.build import compile_pipeline, executor_images
 
-            if pipeline != "rl":
-                raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
-            argo = ArgoOptions(
-                name=name,
-                namespace=namespace,
-                service_account=service_account or None,
-                sandbox_service_account=sandbox_service_account or None,
-                artifact_repository=parse_repository(artifact_repository),
-                parameters=tuple(parse_params(param).items()),
-            )
-            cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
-            manifest = compile_argo(
-                out,
-                steps_per_run=steps_per_run,
-                platform=options,
-                argo=argo,
-                schedule=cron,
-                max_gen_batches=max_gen_batches,
-            )
-        elif target == "kfp":
-            if schedule or param:
-                raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
-            from gagar.pipeline.build import compile_pipeline, executor_images
-
-            path = compile_pipeline(
-                pipeline,
-                out,
-                steps_per_run=steps_per_run,
-                options=options,
-                max_gen_batches=max_gen_batches if pipeline == "rl" else None,
-            )
-        else:
-            raise ValueError(f"unknown target {target!r}: choose kfp or argo")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+        path = compile_pipeline(
+            pipeline,
+            out,
+            steps_per_run=steps_per_run,
+            options=options,
+            max_gen_batches=max_gen_batches if pipeline == "rl" else None,
+        )
+    else:
+        raise ValueError(f"unknown target {target!r}: choose kfp or argo")
     if target == "argo":
         typer.echo(f"wrote {out} (Argo {manifest['kind']} {name}, {steps_per_run} RL step(s) a run)")
         return

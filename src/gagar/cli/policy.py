@@ -1,4 +1,4 @@
-"""``gagar policy``: train, evaluate and serve the pre-RL policy, and (wired top-level) ``gagar rollout``."""
+"""``gagar policy``: train and evaluate the pre-RL policy, and (wired top-level) ``gagar rollout``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from gagar.cli.core import GagarGroup
 from gagar.policy.agent import AgentKind, AgentSettings
 from gagar.sandbox.runner import BackendName
 from gagar.train.config import RolloutSettings
@@ -15,7 +16,7 @@ from gagar.train.config import RolloutSettings
 __all__ = ["app", "rollout"]
 
 app = typer.Typer(
-    help="The policy: SFT to the pre-RL checkpoint, a local completions server.", no_args_is_help=True
+    cls=GagarGroup, help="The policy: SFT to the pre-RL checkpoint, its evaluation.", no_args_is_help=True
 )
 
 
@@ -206,28 +207,6 @@ def evaluate(
         workers=workers,
     )
     typer.echo(json.dumps({**summary.quality.model_dump(), "seconds": round(summary.seconds, 1)}, indent=1))
-
-
-@app.command()
-def serve(
-    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
-    port: int = typer.Option(8000, help="Port on 127.0.0.1."),
-) -> None:
-    """Serve the policy as an OpenAI-compatible /v1/completions endpoint on loopback until interrupted."""
-    import time
-
-    from gagar.policy.generation import HFBackend
-    from gagar.policy.model import load_policy
-    from gagar.policy.server import running_server
-
-    model, tokenizer = load_policy(policy)
-    with running_server(HFBackend(model, tokenizer), tokenizer, policy.name, port) as url:
-        typer.echo(f"serving {policy} at {url}")
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
 
 
 def rollout(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from gagar.cli.core import GagarGroup
+
 __all__ = ["app"]
 
-app = typer.Typer(name="runs", help="Follow pipeline runs on Argo Workflows.", no_args_is_help=True)
+app = typer.Typer(
+    cls=GagarGroup, name="runs", help="Follow pipeline runs on Argo Workflows.", no_args_is_help=True
+)
 
 
 @app.command("watch")

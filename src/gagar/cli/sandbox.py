@@ -6,11 +6,14 @@ from pathlib import Path
 
 import typer
 
+from gagar.cli.core import GagarGroup
 from gagar.sandbox.runner import BackendName, summary_line
 
 __all__ = ["app"]
 
-app = typer.Typer(name="sandbox", help="Run model patches against task tests.", no_args_is_help=True)
+app = typer.Typer(
+    cls=GagarGroup, name="sandbox", help="Run model patches against task tests.", no_args_is_help=True
+)
 
 
 @app.callback()

@@ -1,4 +1,5 @@
-"""``gagar serve``: long-running servers: the warm vLLM policy server and the LLM grader."""
+"""``gagar serve``: long-running servers: the warm vLLM policy server, the LLM grader, the adapter
+sync, and a small in-process transformers server."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from typing import Any
 
 import typer
 
+from gagar.cli.core import GagarGroup
+
 __all__ = ["app"]
 
-app = typer.Typer(help="Long-running servers that outlive the pipeline steps.", no_args_is_help=True)
+app = typer.Typer(
+    cls=GagarGroup, help="Long-running servers that outlive the pipeline steps.", no_args_is_help=True
+)
 
 
 @app.callback()
@@ -71,6 +76,29 @@ def policy(
     _serve_until_exit(
         server, f"serving {model} as {served_model_name!r} at {server.base_url} (log {server.log_path})"
     )
+
+
+@app.command("transformers")
+def transformers(
+    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="Policy directory."),
+    port: int = typer.Option(8000, help="Port on 127.0.0.1."),
+) -> None:
+    """Serve a policy directory in process with transformers as an OpenAI-compatible /v1/completions
+    endpoint on loopback until interrupted (small models, tests; `gagar serve policy` is vLLM)."""
+    import time
+
+    from gagar.policy.generation import HFBackend
+    from gagar.policy.model import load_policy
+    from gagar.policy.server import running_server
+
+    model, tokenizer = load_policy(policy)
+    with running_server(HFBackend(model, tokenizer), tokenizer, policy.name, port) as url:
+        typer.echo(f"serving {policy} at {url}")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command()

@@ -8,12 +8,13 @@ from typing import get_args
 import typer
 from tqdm import tqdm
 
+from gagar.cli.core import GagarGroup
 from gagar.tasks.generate import Mutations, Split, generate_tasks, summary_line
 from gagar.tasks.loaders import write_tasks
 
 __all__ = ["app"]
 
-app = typer.Typer(name="tasks", help="Create and inspect repair tasks.", no_args_is_help=True)
+app = typer.Typer(cls=GagarGroup, name="tasks", help="Create and inspect repair tasks.", no_args_is_help=True)
 
 
 @app.callback()

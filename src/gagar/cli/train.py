@@ -8,35 +8,58 @@ from typing import Any
 import typer
 
 from gagar.advantage import Estimator
+from gagar.errors import UserError
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentKind
 
 
+def _help(text: str, field: str) -> str:
+    """``text`` with the setting's environment variable and its default in the training config."""
+    from enum import Enum
+
+    from pydantic_core import PydanticUndefined
+
+    from gagar.train.config import TrainConfig
+
+    model: Any = TrainConfig
+    *parents, leaf = field.split(".")
+    for parent in parents:
+        model = model.model_fields[parent].annotation
+    info = model.model_fields[leaf]
+    value = info.default_factory() if info.default_factory is not None else info.default  # type: ignore[call-arg]
+    env = "GAGAR_" + field.upper().replace(".", "__")
+    if value is PydanticUndefined:
+        shown = "required"
+    elif value is None:
+        shown = "default: none"
+    else:
+        shown = f"default: {value.value if isinstance(value, Enum) else value}"
+    return f"{text} [env: {env}; {shown}]."
+
+
 def train(
     config: Path | None = typer.Option(
-        None, "--config", exists=True, dir_okay=False, help="YAML run config."
+        None, "--config", exists=True, dir_okay=False, help="YAML run config [default: none]."
     ),
     algo: Estimator | None = typer.Option(
-        None, "--algo", help="Advantage estimator [env: GAGAR_ADVANTAGE__ALGO]."
+        None, "--algo", help=_help("Advantage estimator", "advantage.algo")
     ),
-    steps: int | None = typer.Option(None, "--steps", min=1, help="RL steps [env: GAGAR_STEPS]."),
-    run_dir: Path | None = typer.Option(None, "--run-dir", help="Run directory [env: GAGAR_RUN_DIR]."),
-    tasks: Path | None = typer.Option(None, "--tasks", help="Training tasks JSONL [env: GAGAR_TASKS]."),
-    policy: Path | None = typer.Option(
-        None, "--policy", help="Initial policy directory [env: GAGAR_POLICY]."
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Run seed [env: GAGAR_SEED]."),
+    steps: int | None = typer.Option(None, "--steps", min=1, help=_help("RL steps", "steps")),
+    run_dir: Path | None = typer.Option(None, "--run-dir", help=_help("Run directory", "run_dir")),
+    tasks: Path | None = typer.Option(None, "--tasks", help=_help("Training tasks JSONL", "tasks")),
+    policy: Path | None = typer.Option(None, "--policy", help=_help("Initial policy directory", "policy")),
+    seed: int | None = typer.Option(None, "--seed", help=_help("Run seed", "seed")),
     grader: GraderKind | None = typer.Option(
-        None, "--grader", help="Who ranks the passing trajectories [env: GAGAR_GRADER__KIND]."
+        None, "--grader", help=_help("Who ranks the passing trajectories", "grader.kind")
     ),
     grader_model: Path | None = typer.Option(
-        None, "--grader-model", help="Learned grader directory [env: GAGAR_GRADER__MODEL]."
+        None, "--grader-model", help=_help("Learned grader directory", "grader.model")
     ),
     agent: AgentKind | None = typer.Option(
-        None, "--agent", help="single or tool-loop (multi-turn) [env: GAGAR_ROLLOUT__AGENT__KIND]."
+        None, "--agent", help=_help("single or tool-loop (multi-turn)", "rollout.agent.kind")
     ),
     max_turns: int | None = typer.Option(
-        None, "--max-turns", min=1, help="Tool loop: most turns [env: GAGAR_ROLLOUT__AGENT__MAX_TURNS]."
+        None, "--max-turns", min=1, help=_help("Tool loop: most turns", "rollout.agent.max_turns")
     ),
     set_: list[str] = typer.Option(
         [], "--set", help="Override one setting, path=value (repeatable), e.g. rollout.group_size=8."
@@ -72,6 +95,11 @@ def train(
         settings = load_config(config, overrides)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config") from None
+    given = {"tasks": tasks, "policy": policy}
+    for field, path, kind in (("tasks", settings.tasks, "file"), ("policy", settings.policy, "directory")):
+        if not (path.is_file() if kind == "file" else path.is_dir()):
+            source = _source(field, given[field], config)
+            raise UserError(f"{field} {kind} {path} does not exist (set by {source})")
     rows = run_training(settings, resume=resume)
     last = rows[-1] if rows else {}
     typer.echo(
@@ -80,6 +108,17 @@ def train(
         f"groups kept {last.get('sampling/groups_kept', 0):.0f}, credit moved "
         f"{last.get('credit/moved_ratio', 0.0):.1%}; curve in {Path(settings.run_dir) / 'training.png'}"
     )
+
+
+def _source(field: str, flag: object, config: Path | None) -> str:
+    """Where a setting came from, as the user would name it: the option, the variable or the file."""
+    import os
+
+    if flag is not None:
+        return f"--{field}"
+    if os.environ.get(f"GAGAR_{field.upper()}"):
+        return f"GAGAR_{field.upper()}"
+    return f"{field}: in {config}" if config is not None else "the defaults"
 
 
 def update(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gagar import __version__
-from gagar.pipeline.images import DEFAULT_REGISTRY, stage_image
+from gagar.pipeline.images import DEFAULT_REGISTRY, STAGES, stage_image
 
 __all__ = ["SETTINGS_KEYS", "PlatformOptions", "configure"]
 
@@ -32,12 +32,17 @@ class PlatformOptions:
     """Tag of every stage image."""
     image_variant: str | None = None
     """``cpu``: the CPU variants of the stages whose release image needs CUDA (``make images``)."""
+    images: tuple[tuple[str, str], ...] = ()
+    """Full image reference per stage (the chart's ``images.<stage>``); stages not named use the above."""
+    pull_secrets: tuple[str, ...] = ()
+    """Image pull Secrets of every task (the chart's ``images.pullSecrets``)."""
     store_secret: str | None = "mlpipeline-minio-artifact"
     """Secret holding the S3 keys (KFP's own by default); None passes no credentials (e.g. IRSA)."""
     store_secret_keys: tuple[str, str] = ("accesskey", "secretkey")
     """Keys of the access key id and the secret key in that Secret."""
     settings_configmap: str | None = "gagar-settings"
-    """The chart's settings ConfigMap (``<release>-settings``): store endpoint, sandbox namespace."""
+    """The chart's settings ConfigMap (``<release>-settings``): store endpoint, sandbox namespace.
+    Required: a task whose ConfigMap is missing fails to start instead of running without them."""
     accelerator_type: str = "nvidia.com/gpu"
     """Resource name of the GPUs."""
     gpus: tuple[tuple[str, int], ...] = (("rollout", 1), ("train", 1))
@@ -50,6 +55,9 @@ class PlatformOptions:
     def __post_init__(self) -> None:
         if self.timeout_s < 1 or self.retries < 0 or any(n < 0 for _, n in self.gpus):
             raise ValueError(f"timeout_s must be >= 1, retries and GPU counts >= 0: {self}")
+        unknown = sorted({stage for stage, _ in self.images} - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r} in images: choose from {', '.join(STAGES)}")
 
 
 def configure(task: Any, name: str, image: str, options: PlatformOptions, *, store: bool = True) -> Any:
@@ -61,8 +69,11 @@ def configure(task: Any, name: str, image: str, options: PlatformOptions, *, sto
     from kfp import kubernetes
 
     task.set_container_image(
-        stage_image(image, options.image_registry, options.image_tag, options.image_variant)
+        dict(options.images).get(image)
+        or stage_image(image, options.image_registry, options.image_tag, options.image_variant)
     )
+    if options.pull_secrets:
+        kubernetes.set_image_pull_secrets(task, list(options.pull_secrets))
     task.set_caching_options(False)
     if options.retries and name != "train":
         task.set_retry(options.retries, backoff_duration="30s", backoff_factor=2.0)
@@ -83,6 +94,6 @@ def configure(task: Any, name: str, image: str, options: PlatformOptions, *, sto
             task,
             config_map_name=options.settings_configmap,
             config_map_key_to_env={key: key for key in SETTINGS_KEYS},
-            optional=True,
+            optional=False,
         )
     return task

@@ -76,13 +76,26 @@ class Trainer:
     ) -> list[dict]:
         """Run the remaining steps; returns every step's metrics (resumed ones included)."""
         start = self._start_step(resume)
-        for step in range(start, self.config.steps):
-            metrics = self.step(step)
-            self.metrics_log.append(step, metrics)
-            self._publish(step, metrics)
-            if on_step is not None:
-                on_step(metrics)
+        try:
+            for step in range(start, self.config.steps):
+                metrics = self.step(step)
+                self.metrics_log.append(step, metrics)
+                self._publish(step, metrics)
+                if on_step is not None:
+                    on_step(metrics)
+        except BaseException:
+            self._finish(succeeded=False)
+            raise
+        self._finish(succeeded=True)
         return self.metrics_log.read()
+
+    def _finish(self, *, succeeded: bool) -> None:
+        """Mark the run finished on the Pushgateway (no stall alert after it; a failed-run alert)."""
+        url = self.config.metrics.pushgateway
+        if url:
+            from gagar.metrics import finish_run
+
+            finish_run(url, self.config.metrics.job, {"run": self.run_dir.name}, succeeded=succeeded)
 
     def _start_step(self, resume: bool) -> int:
         latest = self.checkpoints.latest()
@@ -253,10 +266,10 @@ class Trainer:
         plot_run(self.metrics_log.read(), self.run_dir / "training.png")
         url = self.config.metrics.pushgateway
         if url:
-            from gagar.metrics import push_step, record_step
+            from gagar.metrics import RUN_ACTIVE_KEY, push_step, record_step
 
             numbers = {k: v for k, v in metrics.items() if isinstance(v, float | int)}
-            record_step(self._prometheus, numbers, self._observations.pop(step, {}))
+            record_step(self._prometheus, {**numbers, RUN_ACTIVE_KEY: 1.0}, self._observations.pop(step, {}))
             push_step(url, self.config.metrics.job, self._prometheus.registry, {"run": self.run_dir.name})
 
     @functools.cached_property

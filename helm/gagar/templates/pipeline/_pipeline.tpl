@@ -7,11 +7,14 @@ command: ["gagar"]
 envFrom:
   - configMapRef:
       name: {{ include "gagar.pipeline.settingsName" .context }}
-{{- if $values.pipeline.kfpServiceAccountToken }}
 env:
+  # the root filesystem is read-only: caches and config go to the /tmp emptyDir
+  - name: HOME
+    value: /tmp
+  {{- if $values.pipeline.kfpServiceAccountToken }}
   - name: KF_PIPELINES_SA_TOKEN_PATH
     value: /var/run/secrets/kubeflow/pipelines/token
-{{- end }}
+  {{- end }}
 securityContext:
   {{- toYaml $values.containerSecurityContext | nindent 2 }}
 resources:
@@ -19,7 +22,7 @@ resources:
 volumeMounts:
   - name: tmp
     mountPath: /tmp
-  {{- if ne $values.pipeline.package.source "image" }}
+  {{- if has $values.pipeline.package.source (list "inline" "configMap") }}
   - name: pipeline-package
     mountPath: /pipeline
     readOnly: true
