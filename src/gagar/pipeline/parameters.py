@@ -209,6 +209,11 @@ def convert(name: str, value: Any) -> ParameterValue:
         ValueError: naming the parameter when the name is unknown or the value is not of its type.
     """
     p = parameter(name)
+    if p.type is str:  # checked whatever its type: text given as text is what KFP substitutes
+        text = value if isinstance(value, str) else str(value).strip()
+        if '"' in text or "\\" in text:
+            raise ValueError(f"parameter {name}: text holds no double quote or backslash, got {text!r}")
+        return text
     if isinstance(value, p.type) and not (p.type is int and isinstance(value, bool)):
         return value
     text = str(value).strip()
@@ -216,10 +221,6 @@ def convert(name: str, value: Any) -> ParameterValue:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"parameter {name}: expected true or false, got {str(value)!r}")
         return text.lower() == "true"
-    if p.type is str:
-        if '"' in text or "\\" in text:
-            raise ValueError(f"parameter {name}: text holds no double quote or backslash, got {text!r}")
-        return text
     try:
         number = float(text)
     except ValueError:
