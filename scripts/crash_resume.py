@@ -95,7 +95,7 @@ def prepare_train(work: Path, steps: int, seed: int) -> None:
 def _launch(work: Path, name: str, sandbox_root: Path, resume: bool) -> subprocess.Popen:
     """``gagar train --config <name>.yaml [--resume]`` in a session (and process group) of its own."""
     cmd = [sys.executable, "-m", "gagar", "train", "--config", str(work / f"{name}.yaml")]
-    # TMPDIR, not GAGAR_LOCAL_SANDBOX__WORK_ROOT: `gagar train` refuses unknown GAGAR_SANDBOX__* settings
+    # the sandbox workspaces go under TMPDIR, in the run's own folder
     env = {**os.environ, "TMPDIR": str(sandbox_root), "TQDM_DISABLE": "1"}
     with open(work / f"{name}.log", "ab") as log:
         return subprocess.Popen(

@@ -131,7 +131,7 @@ def test_every_name_the_pipeline_uses_is_rendered_by_the_chart(
     assert secret_rule["resourceNames"] == [store_ref["secretName"]]
 
     # Namespace: the sandbox namespace the tasks are told is the one rendered, with the Role there.
-    sandbox_namespace = settings["data"]["GAGAR_SANDBOX__NAMESPACE"]
+    sandbox_namespace = settings["data"]["GAGAR_KUBERNETES__NAMESPACE"]
     assert sandbox_namespace == f"{release}-sandbox"
     _named(objs, "Namespace", sandbox_namespace)
     sandbox_binding = next(

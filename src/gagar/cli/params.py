@@ -1,45 +1,26 @@
-"""``--param name=value`` options: each value checked against the type of the pipeline parameter it names."""
+"""``--param name=value`` options: each name checked against the pipeline's parameters and each value
+against its type (:func:`gagar.pipeline.client.parse_params`), as one-line user errors."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from gagar.errors import UserError
+from gagar.pipeline.parameters import ParameterValue
 
 __all__ = ["typed_params"]
 
-_KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
 
-
-def typed_params(items: Sequence[str]) -> dict[str, Any]:
-    """``["group_size=8", "lora=true"]`` -> ``{"group_size": 8, "lora": True}``, in the parameters' types.
+def typed_params(items: Sequence[str]) -> dict[str, ParameterValue]:
+    """``["rollout_group_size=8", "lora_enabled=true"]`` -> ``{"rollout_group_size": 8, ...}``, typed.
 
     Raises:
-        UserError: an item without ``=``, a name given twice, or a value that is not of its
-            parameter's type, naming the parameter (``--param group_size=abc: group_size takes an
-            integer, got 'abc'``). A name that is no pipeline parameter keeps its text: the pipeline
-            checks names itself, all at once.
+        UserError: an item without ``=``, a name given twice, a name that is no pipeline parameter
+            (with the close ones), or a value that is not of its parameter's type, naming it.
     """
-    from gagar.pipeline.argo_entry import convert
     from gagar.pipeline.client import parse_params
-    from gagar.pipeline.graph import parameter
 
     try:
-        texts = parse_params(list(items))
+        return parse_params(list(items))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    values: dict[str, Any] = {}
-    for name, text in texts.items():
-        try:
-            kind = parameter(name).type
-        except ValueError:  # not a parameter: the pipeline's own check names every unknown one
-            values[name] = text
-            continue
-        try:
-            values[name] = convert(text, kind)
-        except ValueError:
-            raise UserError(
-                f"--param {name}={text}: {name} takes {_KINDS.get(kind, kind.__name__)}, got {text!r}"
-            ) from None
-    return values

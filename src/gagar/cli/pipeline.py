@@ -136,18 +136,17 @@ def compile_(
     if target == "argo":
         from gagar.cli.params import typed_params
         from gagar.pipeline.argo import ArgoOptions, CronSchedule, compile_argo, parse_repository
-        from gagar.pipeline.client import parse_params
 
         if pipeline != "rl":
             raise ValueError(f"--target argo compiles the rl pipeline only, not {pipeline!r}")
-        typed_params(param)  # every value of its parameter's type, before anything is written
+        values = typed_params(param)  # names and values checked before anything is written
         argo = ArgoOptions(
             name=name,
             namespace=namespace,
             service_account=service_account or None,
             sandbox_service_account=sandbox_service_account or None,
             artifact_repository=parse_repository(artifact_repository),
-            parameters=tuple(parse_params(param).items()),
+            parameters=tuple(values.items()),
         )
         cron = CronSchedule(schedule, timezone, starting_deadline_s) if schedule else None
         manifest = compile_argo(

@@ -97,21 +97,19 @@ def schedule(
     param: list[str] = typer.Option([], "--param", help="Pipeline parameter name=value (repeatable)."),
 ) -> None:
     """Create a recurring run of an uploaded pipeline version; each run resumes from the latest checkpoint."""
-    from gagar.pipeline.client import Schedule, connect, create_schedule, parse_params
+    from gagar.cli.params import typed_params
+    from gagar.pipeline.client import Schedule, connect, create_schedule
 
-    try:
-        request = Schedule(
-            pipeline=pipeline,
-            version=pipeline_version,
-            experiment=experiment,
-            name=name,
-            cron=cron,
-            max_concurrency=max_concurrency,
-            catchup=catchup,
-            service_account=service_account,
-            params=parse_params(param),
-        )
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    request = Schedule(
+        pipeline=pipeline,
+        version=pipeline_version,
+        experiment=experiment,
+        name=name,
+        cron=cron,
+        max_concurrency=max_concurrency,
+        catchup=catchup,
+        service_account=service_account,
+        params=typed_params(param),
+    )
     run_id = create_schedule(connect(host), request)
     typer.echo(f"recurring run {name} ({run_id}): {pipeline} {pipeline_version} at '{request.cron}'")

@@ -70,10 +70,7 @@ def train(
     from gagar.train.config import load_config, parse_overrides
     from gagar.train.trainer import train as run_training
 
-    try:
-        overrides: dict[str, Any] = parse_overrides(set_)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--set") from None
+    overrides: dict[str, Any] = parse_overrides(set_)
     overrides |= {
         k: v
         for k, v in {
@@ -91,10 +88,7 @@ def train(
     overrides.setdefault("grader", {}).update(grader_overrides)
     agent_overrides = {k: v for k, v in {"kind": agent, "max_turns": max_turns}.items() if v is not None}
     overrides.setdefault("rollout", {}).setdefault("agent", {}).update(agent_overrides)
-    try:
-        settings = load_config(config, overrides)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--config") from None
+    settings = load_config(config, overrides)
     given = {"tasks": tasks, "policy": policy}
     for field, path, kind in (("tasks", settings.tasks, "file"), ("policy", settings.policy, "directory")):
         if not (path.is_file() if kind == "file" else path.is_dir()):

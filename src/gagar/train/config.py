@@ -238,7 +238,22 @@ def setting_field(path: str) -> FieldInfo:
             model = model.model_fields[section].annotation  # type: ignore[assignment]
         return model.model_fields[name]
     except (KeyError, AttributeError):
-        raise ValueError(f"TrainConfig has no setting {path!r}") from None
+        import difflib
+
+        close = difflib.get_close_matches(path, _setting_paths(TrainConfig), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(f"the training config has no setting {path!r}{hint}") from None
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths += _setting_paths(annotation, f"{prefix}{name}.")
+        else:
+            paths.append(f"{prefix}{name}")
+    return paths
 
 
 _FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("gagar_config_file_values", default=None)
@@ -278,6 +293,15 @@ def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return values
 
 
+def _problem(loc: tuple[Any, ...], message: str, overrides: dict[str, Any]) -> str:
+    """``rollout.group_size: <message>``, saying when the value came from the command line."""
+    value: Any = overrides
+    for part in loc:
+        value = value.get(part) if isinstance(value, dict) else None
+    source = " (set on the command line)" if value is not None else ""
+    return f"{'.'.join(map(str, loc)) or 'config'}{source}: {message}"
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
 ) -> TrainConfig:
@@ -293,8 +317,8 @@ def load_config(
     try:
         return TrainConfig(**(overrides or {}))
     except ValidationError as exc:
+        problems = "; ".join(_problem(e["loc"], e["msg"], overrides or {}) for e in exc.errors())
         where = f"{path}: " if path else ""
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors())
         raise ValueError(f"{where}invalid training config: {problems}") from None
     finally:
         _FILE_VALUES.reset(token)
