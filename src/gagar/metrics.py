@@ -44,6 +44,7 @@ __all__ = [
     "build_metrics",
     "cumulative_totals",
     "finish_run",
+    "publish_step",
     "push_step",
     "record_step",
     "step_observations",
@@ -474,3 +475,22 @@ def cumulative_totals(
             if _counter_key(key):
                 totals[key] = totals.get(key, 0.0) + float(value)
     return {**step_metrics, **totals}
+
+
+def publish_step(
+    gateway_url: str,
+    job: str,
+    run: str,
+    step_metrics: Mapping[str, float],
+    earlier: Iterable[Mapping[str, float]],
+    observations: Mapping[str, Sequence[float]] | None = None,
+) -> bool:
+    """Push one step of run ``run`` to the Pushgateway (group ``{"run": run}``) as totals that grow:
+    each count summed with the ``earlier`` steps' (:func:`cumulative_totals`; a resumed or scheduled
+    run continues its totals), the run marked active, this step's histogram samples. What every
+    runner calls after a step: ``gagar train`` with its metrics log, a pipeline's train stage with
+    its store's step metrics. Returns whether the push went through (a failed push is logged)."""
+    numbers = {k: float(v) for k, v in step_metrics.items() if isinstance(v, int | float)}
+    m = build_metrics(CollectorRegistry())
+    record_step(m, {**cumulative_totals(earlier, numbers), RUN_ACTIVE_KEY: 1.0}, observations)
+    return push_step(gateway_url, job, m.registry, {"run": run})

@@ -173,6 +173,7 @@ def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOption
     values = [setting_argument(p.name) for p in PARAMETERS]  # every stage takes the settings whole
     values += list(spec.value_inputs)
     values += ["gen_batch"] if spec.takes_gen_batch else []
+    values += ["ends_run"] if spec.takes_ends_run else []
     files = spec.artifact_inputs
     container: dict[str, Any] = {
         "name": "main",
@@ -249,7 +250,9 @@ def _depends(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: in
     return " && ".join(unique) if unique else None
 
 
-def _dag_task(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: int) -> dict[str, Any]:
+def _dag_task(
+    spec: Stage, index: int, gen_batch: int | None, max_gen_batches: int, steps_per_run: int
+) -> dict[str, Any]:
     """Step ``index``'s task of stage ``spec`` (of generation batch ``gen_batch`` for a per-batch
     stage): parameters from the workflow, inputs from earlier tasks."""
     parameters = [
@@ -258,6 +261,8 @@ def _dag_task(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: i
     ]
     if spec.takes_gen_batch:
         parameters.append({"name": "gen_batch", "value": str(gen_batch)})
+    if spec.takes_ends_run:
+        parameters.append({"name": "ends_run", "value": format_value(index == steps_per_run - 1)})
     artifacts = []
     for name, source, output in spec.inputs:
         task = _source_task(source, index, gen_batch)
@@ -280,15 +285,15 @@ def _dag_task(spec: Stage, index: int, gen_batch: int | None, max_gen_batches: i
     return task
 
 
-def _step_tasks(index: int, max_gen_batches: int) -> list[dict[str, Any]]:
+def _step_tasks(index: int, max_gen_batches: int, steps_per_run: int) -> list[dict[str, Any]]:
     """Every task of RL step ``index``: the generation stages once per batch, unrolled."""
     tasks = []
     for spec in RL_STEP:
         if not spec.per_gen_batch:
-            tasks.append(_dag_task(spec, index, None, max_gen_batches))
+            tasks.append(_dag_task(spec, index, None, max_gen_batches, steps_per_run))
         elif spec is generation_stages()[0]:
             for b in range(max_gen_batches):
-                tasks += [_dag_task(s, index, b, max_gen_batches) for s in generation_stages()]
+                tasks += [_dag_task(s, index, b, max_gen_batches, steps_per_run) for s in generation_stages()]
     return tasks
 
 
@@ -306,7 +311,7 @@ def _workflow_spec(
         value = None if chosen is None else format_value(chosen)
         entry: dict[str, Any] = {"name": p.name} if value is None else {"name": p.name, "value": value}
         arguments.append(entry | {"description": p.description})
-    dag = [task for i in range(steps_per_run) for task in _step_tasks(i, max_gen_batches)]
+    dag = [task for i in range(steps_per_run) for task in _step_tasks(i, max_gen_batches, steps_per_run)]
     spec: dict[str, Any] = {
         "entrypoint": "rl",
         "arguments": {"parameters": arguments},

@@ -42,6 +42,8 @@ IO_ROOT = "/tmp/gagar"
 def _argument_type(spec: Stage, argument: str) -> type:
     if argument == "gen_batch" and spec.takes_gen_batch:
         return int
+    if argument == "ends_run" and spec.takes_ends_run:
+        return bool
     for name, source, output in spec.inputs:
         if name == argument:
             kind = stage(source).output_type(output)
@@ -81,6 +83,7 @@ def parse_arguments(spec: Stage, items: Sequence[str]) -> dict[str, Any]:
         except ValueError as exc:
             raise ValueError(f"{spec.name}: argument {name}: {exc}") from None
     expected = set(spec.value_inputs) | ({"gen_batch"} if spec.takes_gen_batch else set())
+    expected |= {"ends_run"} if spec.takes_ends_run else set()
     missing = sorted(expected - set(values)) + sorted(map(setting_argument, _PARAMETER_NAMES - set(settings)))
     if missing:
         raise ValueError(f"{spec.name}: missing arguments {', '.join(missing)}")

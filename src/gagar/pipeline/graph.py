@@ -52,6 +52,9 @@ class Stage:
     """Runs once per generation batch (a task per batch); its inputs from other per-batch stages
     come from the same batch's tasks."""
     takes_gen_batch: bool = False
+    takes_ends_run: bool = False
+    """Takes whether its step is the run's last as its ``ends_run`` argument (fixed when the pipeline
+    is built): the train stage then marks the run finished for monitoring."""
     """Takes the batch's index as its ``gen_batch`` argument (fixed when the pipeline is built)."""
 
     @property
@@ -163,6 +166,7 @@ RL_STEP: tuple[Stage, ...] = (
             ("redistribute_metrics", "redistribute", "metrics"),
         ),
         artifacts=("metrics", "summary"),
+        takes_ends_run=True,
     ),
 )
 """One RL step's stages in dependency order: each input names an earlier stage. The per-batch

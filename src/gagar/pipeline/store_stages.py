@@ -414,6 +414,7 @@ def train(
     batch: str,
     step: int,
     select_metrics: Mapping[str, float],
+    ends_run: bool = False,
     grade_metrics: Mapping[str, float],
     redistribute_metrics: Mapping[str, float],
     summary: str,
@@ -428,7 +429,8 @@ def train(
     the step under. The earlier stages' metrics of this step, merged with the update's, go to
     ``metrics/step-N.json`` in the store, to the Pushgateway when one is set (with each sandbox run's
     and each graded group's seconds from ``results`` and ``grades`` for the histograms), and as a
-    Markdown summary to ``summary``.
+    Markdown summary to ``summary``. The run's last step (``ends_run``) marks the run finished on the
+    Pushgateway; a run that fails before it stays active, and its stall alert fires.
     """
     from gagar.policy.adapter import adapter_version
     from gagar.train.config import RolloutBackend
@@ -451,8 +453,15 @@ def train(
     upstream = [select_metrics, grade_metrics, redistribute_metrics]
     merged = {**report.merge_metrics([*upstream, metrics]), "step": float(step)}
     store.write_step_metrics(storage, step, merged)
-    if config.metrics.pushgateway:
-        _push(config.metrics.pushgateway, config.metrics.job, storage, merged, _observations(results, grades))
+    url, job = config.metrics.pushgateway, config.metrics.job
+    if url:
+        from gagar.metrics import finish_run, publish_step
+
+        run = storage.rstrip("/").rpartition("/")[2] or "gagar"
+        earlier = store.read_step_metrics(storage)
+        publish_step(url, job, run, merged, earlier, _observations(results, grades))
+        if ends_run:  # no stall alert until the next scheduled run starts
+            finish_run(url, job, {"run": run}, succeeded=True)
     Path(summary).write_text(report.step_summary(step, merged), encoding="utf-8")
     return metrics
 
@@ -536,19 +545,6 @@ def _observations(results: str, grades: str) -> dict[str, list[float]]:
 
     graded = [g.duration_s for g in read_records(grades, Grade)]
     return step_observations(read_records(results, TestResult), graded)
-
-
-def _push(
-    url: str, job: str, storage: str, metrics: Mapping[str, float], observations: Mapping[str, list[float]]
-) -> None:
-    from prometheus_client import CollectorRegistry
-
-    from gagar.metrics import build_metrics, push_step, record_step
-
-    collectors = build_metrics(CollectorRegistry())
-    record_step(collectors, metrics, observations)
-    run = storage.rstrip("/").rpartition("/")[2] or "gagar"
-    push_step(url, job, collectors.registry, {"run": run})
 
 
 @warm

@@ -22,7 +22,6 @@ metrics stored in the checkpoint; only its ``perf/train_s`` and ``perf/step_s`` 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -266,20 +265,17 @@ class Trainer:
         plot_run(self.metrics_log.read(), self.run_dir / "training.png")
         url = self.config.metrics.pushgateway
         if url:
-            from gagar.metrics import RUN_ACTIVE_KEY, push_step, record_step
+            from gagar.metrics import publish_step
 
-            numbers = {k: v for k, v in metrics.items() if isinstance(v, float | int)}
-            record_step(self._prometheus, {**numbers, RUN_ACTIVE_KEY: 1.0}, self._observations.pop(step, {}))
-            push_step(url, self.config.metrics.job, self._prometheus.registry, {"run": self.run_dir.name})
-
-    @functools.cached_property
-    def _prometheus(self) -> Any:
-        """One registry for the whole run, so counters accumulate across steps."""
-        from prometheus_client import CollectorRegistry
-
-        from gagar.metrics import build_metrics
-
-        return build_metrics(CollectorRegistry())
+            earlier = [row for row in self.metrics_log.read() if row["step"] < step]
+            publish_step(
+                url,
+                self.config.metrics.job,
+                self.run_dir.name,
+                metrics,
+                earlier,
+                self._observations.pop(step, {}),
+            )
 
 
 def _share_cores_with_the_sandbox(workers: int | None) -> int:

@@ -119,7 +119,7 @@ def _generation(max_gen_batches: int, options: PlatformOptions) -> Any:
 
 
 def _add_step(
-    p: dict[str, Any], index: int, options: PlatformOptions, after: Any | None, generation: Any
+    p: dict[str, Any], index: int, last: bool, options: PlatformOptions, after: Any | None, generation: Any
 ) -> Any:
     """Add one RL step's tasks (:data:`RL_STEP`) to the pipeline being defined; returns its train task."""
     tasks: dict[str, Any] = {}
@@ -129,6 +129,7 @@ def _add_step(
         if spec.per_gen_batch:
             continue
         arguments: dict[str, Any] = {SETTINGS: settings}
+        arguments |= {"ends_run": last} if spec.takes_ends_run else {}
         arguments |= {argument: tasks[source].outputs[output] for argument, source, output in spec.inputs}
         task = COMPONENTS[spec.name](**arguments)
         if after is not None and not spec.inputs:
@@ -166,7 +167,8 @@ def build(
         params = dict(zip(_NAMES, args, strict=True))
         previous = None
         for index in range(steps_per_run):
-            previous = _add_step(params, index, platform, previous, generation)
+            last = index == steps_per_run - 1
+            previous = _add_step(params, index, last, platform, previous, generation)
 
     rl.__signature__ = signature()  # type: ignore[attr-defined]  # the parameters, declared once
     rl.__doc__ = docstring("The GAGAR RL pipeline.")  # each parameter's description, from its setting

@@ -11,6 +11,7 @@ def train(
     settings: dict,
     policy: str,
     step: int,
+    ends_run: bool,
     trajectories: Input[Dataset],
     results: Input[Dataset],
     grades: Input[Dataset],
@@ -29,6 +30,7 @@ def train(
             ``distributed.*``, ``metrics.*``).
         policy: the policy the step sampled from (``prepare``'s output).
         step: the RL step.
+        ends_run: whether this is the run's last step (it marks the run finished for monitoring).
         trajectories: the step's trajectories (JSONL).
         results: their test results (JSONL; the sandbox durations for the histograms).
         grades: the step's grades (JSONL; the grading durations for the histograms).
@@ -47,6 +49,7 @@ def train(
             settings=settings,
             policy=policy,
             step=step,
+            ends_run=ends_run,
             trajectories=trajectories.path,
             results=results.path,
             grades=grades.path,
