@@ -12,34 +12,40 @@ import pytest
 from fixtures.argo_local import run_in_process, run_subprocess, run_workflow
 from fixtures.services import S3RVER_KEY, S3rver
 from gagar.pipeline import store
-from gagar.pipeline.argo import build_workflow
-from gagar.pipeline.argo_entry import convert, main, parse_arguments
+from gagar.pipeline.argo import build_workflow, format_value
+from gagar.pipeline.argo_entry import main, parse_arguments, setting_argument
 from gagar.pipeline.graph import stage
+from gagar.pipeline.parameters import PARAMETERS, convert
 from gagar.storage import S3Store
 
 
-def test_arguments_are_typed_by_their_pipeline_parameter_or_source_output() -> None:
-    items = ["backend=local", "workers=3"]
-    assert parse_arguments(stage("sandbox"), items) == {"backend": "local", "workers": 3}
-    redistribute = parse_arguments(
-        stage("redistribute"),
-        ["algo=gagar", "decay=linear", "gamma=0.5", "floor=0.1", "norm_std=false"],
-    )
-    assert redistribute["norm_std"] is False
-    assert redistribute["gamma"] == 0.5
-    assert convert("True", bool) is True
-    assert convert("2e-05", float) == 2e-5
+def _settings(**changed: str) -> list[str]:
+    """Every pipeline parameter as a ``setting-<name>=value`` argument: its default, or ``changed``'s."""
+    values = {p.name: "" if p.default is None else format_value(p.default) for p in PARAMETERS}
+    return [f"{setting_argument(name)}={value}" for name, value in (values | changed).items()]
+
+
+def test_arguments_are_typed_by_their_source_output_and_settings_gathered() -> None:
+    parsed = parse_arguments(stage("gather"), [*_settings(rollout_group_size="4"), "step=3", "gen_batch=1"])
+    assert parsed.keys() == {"settings", "step", "gen_batch"}
+    assert parsed["step"] == 3
+    assert parsed["gen_batch"] == 1
+    assert parsed["settings"].keys() == {p.name for p in PARAMETERS}
+    assert parsed["settings"]["rollout_group_size"] == "4"  # text: the stage reads the settings
+    assert parse_arguments(stage("sandbox"), _settings())["settings"]["advantage_norm_std"] == "true"
+    assert convert("advantage_norm_std", "True") is True
+    assert convert("optim_lr", "2e-05") == 2e-5
 
 
 @pytest.mark.parametrize(
     ("items", "message"),
     [
-        (["backend=local"], "missing arguments workers"),
-        (["backend=local", "workers=many"], "argument workers: invalid literal"),
-        (["backend=local", "workers=1", "workers=2"], "given twice"),
-        (["backend=local", "workers=1", "speed=9"], "takes no argument 'speed'"),
-        (["backend=local", "workers=1", "tasks=/x"], "'tasks' is an input artifact"),
-        (["backend"], "not name=value"),
+        (_settings()[1:], "missing arguments setting-policy"),
+        ([*_settings(), "setting-rollout_group_siz=4"], "unknown pipeline parameter 'rollout_group_siz'"),
+        ([*_settings(), "setting-rollout_group_size=4"], "given twice"),
+        ([*_settings(), "speed=9"], "takes no argument 'speed'"),
+        ([*_settings(), "tasks=/x"], "'tasks' is an input artifact"),
+        ([*_settings(), "backend"], "not name=value"),
     ],
 )
 def test_bad_arguments_are_refused(items: list[str], message: str) -> None:
@@ -47,8 +53,21 @@ def test_bad_arguments_are_refused(items: list[str], message: str) -> None:
         parse_arguments(stage("sandbox"), items)
 
 
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        (["gen_batch=0"], "missing arguments step"),
+        (["step=many", "gen_batch=0"], "argument step: invalid literal"),
+        (["step=0", "gen_batch=0", "step=1"], "given twice"),
+    ],
+)
+def test_bad_value_arguments_are_refused(items: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_arguments(stage("gather"), [*_settings(), *items])
+
+
 def test_main_refuses_before_running(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sandbox", "--io-root", str(tmp_path), "backend=local", "workers=1"]) == 2
+    assert main(["sandbox", "--io-root", str(tmp_path), *_settings()]) == 2
     assert "input artifacts missing" in capsys.readouterr().err
     assert main(["nope"]) == 2
     assert "unknown stage 'nope'" in capsys.readouterr().err
@@ -58,8 +77,8 @@ def test_main_refuses_before_running(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_norm_std_default_reads_back_as_a_bool() -> None:
     parameters = {p["name"]: p.get("value") for p in build_workflow()["spec"]["arguments"]["parameters"]}
-    assert convert(parameters["norm_std"], bool) is True
-    assert convert(parameters["lr"], float) == 2e-5
+    assert convert("advantage_norm_std", parameters["advantage_norm_std"]) is True
+    assert convert("optim_lr", parameters["optim_lr"]) == 2e-5
 
 
 def s3_store(s3rver: S3rver, bucket: str, prefix: str = "") -> S3Store:
@@ -94,14 +113,15 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
     runs = run_workflow(
         build_workflow(1, max_gen_batches=2),
         {
-            "model": str(policy),
+            "policy": str(policy),
             "tasks": f"s3://{s3_bucket}/inputs/tasks.jsonl",
             "storage": storage,
-            "group_size": "2",
-            "train_batch_groups": "2",
-            "gen_batch_groups": "2",
-            "max_new_tokens": "16",
-            "minibatch_size": "4",
+            "rollout_group_size": "2",
+            "rollout_train_batch_groups": "2",
+            "rollout_gen_batch_groups": "2",
+            "rollout_max_gen_batches": "2",
+            "rollout_max_new_tokens": "16",
+            "optim_minibatch_size": "4",
             "sandbox_backend": "local",
             "sandbox_workers": "2",
         },
@@ -134,8 +154,11 @@ def test_compiled_workflow_runs_an_rl_step_against_s3(
 
 
 def test_entry_point_runs_as_a_module(tmp_path: Path) -> None:
-    command = ["python", "-m", "gagar.pipeline.argo_entry", "grade", "--io-root", str(tmp_path), "algo=grpo"]
+    command = [
+        "python", "-m", "gagar.pipeline.argo_entry", "grade", "--io-root", str(tmp_path),
+        f"{setting_argument('advantage_algo')}=grpo",
+    ]  # fmt: skip
     code, stderr = run_subprocess(command, dict(os.environ))
     assert code == 2
-    missing = "endpoint, grader, grader_model, max_steps, position_guard"
-    assert f"missing arguments {missing}" in stderr
+    missing = stderr.partition("missing arguments ")[2].strip().split(", ")
+    assert missing == sorted(setting_argument(p.name) for p in PARAMETERS if p.name != "advantage_algo")

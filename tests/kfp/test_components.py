@@ -18,10 +18,13 @@ from kfp.dsl import Dataset, Markdown, Metrics, Model
 
 from fixtures.policy import untrained_policy_and_tasks
 from fixtures.records import one_generation_batch
+from gagar import rl_step
+from gagar.advantage import Estimator
 from gagar.pipeline.graph import RL_STEP
+from gagar.pipeline.parameters import parameters_from_config
 from gagar.records import read_records, write_records
 from gagar.schema import Grade, KeptBatch, Status, TestResult, Trajectory
-from gagar.stages import redistribute_stage, select_stage
+from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
 COMPONENTS = Path(importlib.import_module("gagar.pipeline.components").__file__).parent
 FOLDERS = sorted(p.name for p in COMPONENTS.iterdir() if (p / "component.py").is_file())
@@ -53,6 +56,29 @@ def test_every_component_has_both_test_tiers() -> None:
 # --------------------------------------------------------------------------- inputs
 
 
+def settings(storage: Path, tasks: Path | str = "tasks.jsonl", policy: Path | str = "models/initial",
+             **sections: Any) -> dict[str, Any]:  # fmt: skip
+    """The pipeline's parameters (what every component takes as ``settings``) of a run of ``tasks``
+    and ``policy`` with its store at ``storage``, two sandbox workers and ``sections`` changed."""
+    values = {"tasks": str(tasks), "policy": str(policy), "sandbox": {"workers": 2}} | sections
+    return {**parameters_from_config(TrainConfig.from_values(values)), "storage": str(storage)}
+
+
+def write_selection(
+    trajectories: Path, results: Path, out: Path, train_batch_groups: int
+) -> rl_step.Selection:
+    """Dynamic sampling over the one generation batch in ``trajectories`` and ``results``, its
+    selection written to ``out`` (the select stage's output)."""
+    batch = rl_step.generation_batch(
+        read_records(trajectories, Trajectory), read_records(results, TestResult)
+    )
+    chosen = rl_step.select(
+        [batch], RolloutSettings(train_batch_groups=train_batch_groups, max_gen_batches=1)
+    )
+    write_records(out, [chosen.kept_batch])
+    return chosen
+
+
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two groups of two generated tasks (one mixed, one all-fail; the passing members carry the gold
@@ -60,12 +86,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("records")
     paths = one_generation_batch(root)
     paths["selection"] = root / "selection.jsonl"
-    select_stage(
-        trajectories=[paths["trajectories"]],
-        results=[paths["results"]],
-        out=paths["selection"],
-        train_batch_groups=2,
-    )
+    write_selection(paths["trajectories"], paths["results"], paths["selection"], train_batch_groups=2)
     return paths
 
 
@@ -86,8 +107,8 @@ def train_inputs(
     root = tmp_path_factory.mktemp("train-inputs")
     paths = {name: root / f"{name}.jsonl" for name in ("trajectories", "results", "grades", "selection")}
     store_stages.rollout(
-        policy=str(policy), tasks=str(records["tasks"]), trajectories=str(paths["trajectories"]), step=0,
-        groups=1, group_size=2, max_new_tokens=8,
+        settings=settings(root / "store", records["tasks"], policy, rollout=ROLLOUT), policy=str(policy),
+        tasks=str(records["tasks"]), trajectories=str(paths["trajectories"]), step=0, gen_batch=0,
     )  # fmt: skip
     rows = read_records(paths["trajectories"], Trajectory)
     write_records(
@@ -103,12 +124,12 @@ def train_inputs(
         ],
     )
     write_records(paths["grades"], [])
-    select_stage(
-        trajectories=[paths["trajectories"]], results=[paths["results"]], out=paths["selection"],
-        train_batch_groups=1,
-    )  # fmt: skip
+    chosen = write_selection(
+        paths["trajectories"], paths["results"], paths["selection"], train_batch_groups=1
+    )
     paths["batch"] = root / "batch.jsonl"
-    redistribute_stage(selection=paths["selection"], grades=paths["grades"], out=paths["batch"], algo="grpo")
+    entries, _ = rl_step.advantages(AdvantageSettings(algo=Estimator.GRPO), chosen.kept_batch, None)
+    write_records(paths["batch"], entries)
     return paths
 
 
@@ -175,17 +196,23 @@ def run_alone(
 # --------------------------------------------------------------------------- prepare
 
 
-def _check_prepared(tasks: Path, step: int, start_policy: str, model: str) -> None:
-    assert (step, start_policy) == (0, model)  # an empty store: step 0 samples from the model
+def _check_prepared(tasks: Path, step: int, start_policy: str, policy: str) -> None:
+    assert (step, start_policy) == (0, policy)  # an empty store: step 0 samples from the initial policy
     assert len(tasks.read_text().splitlines()) == 2
 
 
 def test_prepare_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
     tasks = _out(tmp_path, "tasks")
     step, start = component("prepare").python_func(
-        storage=str(tmp_path / "store"), model="models/initial", tasks_uri=str(records["tasks"]), tasks=tasks
+        settings=settings(tmp_path / "store", records["tasks"], "models/initial"), tasks=tasks
     )
     _check_prepared(Path(tasks.path), step, start, "models/initial")
+
+
+def test_prepare_refuses_bad_settings(tmp_path: Path, records: dict[str, Path]) -> None:
+    bad = settings(tmp_path / "store", records["tasks"]) | {"rollout_group_size": 1}
+    with pytest.raises(ValueError, match="parameter rollout_group_size"):
+        component("prepare").python_func(settings=bad, tasks=_out(tmp_path, "tasks"))
 
 
 def test_prepare_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
@@ -193,9 +220,7 @@ def test_prepare_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> 
         "prepare",
         tmp_path / "root",
         {},
-        storage=str(tmp_path / "store"),
-        model="models/initial",
-        tasks_uri=str(records["tasks"]),
+        settings=settings(tmp_path / "store", records["tasks"], "models/initial"),
     )
     values = run.executor_output["parameterValues"]
     _check_prepared(run.task / "tasks", values["step"], values["policy"], "models/initial")
@@ -212,12 +237,14 @@ def _check_rollout(trajectories: Path, metrics: dict[str, float]) -> None:
     assert metrics["rollout/trajectories"] == 2.0
 
 
+ROLLOUT = {"gen_batch_groups": 1, "group_size": 2, "max_new_tokens": 8}
+
+
 def test_rollout_called_directly(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
     trajectories, metrics = _out(tmp_path, "trajectories"), _out(tmp_path, "metrics", Metrics)
     component("rollout").python_func(
-        policy=str(policy), step=0, storage=str(tmp_path / "store"), tasks=_dataset(records["tasks"]),
-        trajectories=trajectories,
-        metrics=metrics, groups=1, group_size=2, max_new_tokens=8,
+        settings=settings(tmp_path / "store", records["tasks"], policy, rollout=ROLLOUT), policy=str(policy),
+        step=0, gen_batch=0, tasks=_dataset(records["tasks"]), trajectories=trajectories, metrics=metrics,
     )  # fmt: skip
     _check_rollout(Path(trajectories.path), metrics.metadata)
 
@@ -225,9 +252,9 @@ def test_rollout_called_directly(tmp_path: Path, records: dict[str, Path], polic
 @pytest.mark.slow
 def test_rollout_through_kfp_local(tmp_path: Path, records: dict[str, Path], policy: Path) -> None:
     run = run_alone(
-        "rollout", tmp_path / "root", {"tasks": records["tasks"]}, policy=str(policy), step=0,
-        storage=str(tmp_path / "store"),
-        groups=1, group_size=2, max_new_tokens=8,
+        "rollout", tmp_path / "root", {"tasks": records["tasks"]},
+        settings=settings(tmp_path / "store", records["tasks"], policy, rollout=ROLLOUT), policy=str(policy),
+        step=0, gen_batch=0,
     )  # fmt: skip
     _check_rollout(run.task / "trajectories", run.metrics())
 
@@ -243,8 +270,8 @@ def _check_results(results: Path) -> None:
 def test_sandbox_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
     results, metrics = _out(tmp_path, "results"), _out(tmp_path, "metrics", Metrics)
     component("sandbox").python_func(
-        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]), results=results,
-        metrics=metrics, backend="local", workers=2,
+        settings=settings(tmp_path / "store"), tasks=_dataset(records["tasks"]),
+        trajectories=_dataset(records["trajectories"]), results=results, metrics=metrics,
     )  # fmt: skip
     _check_results(Path(results.path))
     assert metrics.metadata["sandbox/evaluations"] == 6.0
@@ -252,7 +279,7 @@ def test_sandbox_called_directly(tmp_path: Path, records: dict[str, Path]) -> No
 
 def test_sandbox_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
     files = {name: records[name] for name in ("tasks", "trajectories")}
-    run = run_alone("sandbox", tmp_path / "root", files, backend="local", workers=2)
+    run = run_alone("sandbox", tmp_path / "root", files, settings=settings(tmp_path / "store"))
     _check_results(run.task / "results")
     assert run.metrics()["sandbox/evaluations"] == 6.0
 
@@ -260,8 +287,8 @@ def test_sandbox_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> 
 def test_evaluate_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
     results, metrics = _out(tmp_path, "results"), _out(tmp_path, "metrics", Metrics)
     component("evaluate").python_func(
-        tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]), results=results,
-        metrics=metrics, backend="local", workers=2,
+        settings=settings(tmp_path / "store"), tasks=_dataset(records["tasks"]),
+        trajectories=_dataset(records["trajectories"]), results=results, metrics=metrics,
     )  # fmt: skip
     _check_results(Path(results.path))
     assert metrics.metadata["eval/pass_at_1"] == pytest.approx(2 / 6)
@@ -269,7 +296,7 @@ def test_evaluate_called_directly(tmp_path: Path, records: dict[str, Path]) -> N
 
 def test_evaluate_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
     files = {name: records[name] for name in ("tasks", "trajectories")}
-    run = run_alone("evaluate", tmp_path / "root", files, backend="local", workers=2)
+    run = run_alone("evaluate", tmp_path / "root", files, settings=settings(tmp_path / "store"))
     _check_results(run.task / "results")
     assert run.metrics()["eval/pass_at_1"] == pytest.approx(2 / 6)
 
@@ -290,23 +317,28 @@ def _check_gathered(storage: Path, short: bool) -> None:
 
 def test_gather_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
     metrics = {name: Metrics(uri=str(tmp_path / name), metadata=v) for name, v in BATCH_METRICS.items()}
+    files = {name: _dataset(records[name]) for name in ("trajectories", "results")}
+    store = tmp_path / "store"
     short = component("gather").python_func(
-        storage=str(tmp_path / "store"), step=0, gen_batch=0, trajectories=_dataset(records["trajectories"]),
-        results=_dataset(records["results"]), train_batch_groups=2, **metrics,
-    )  # fmt: skip
-    _check_gathered(tmp_path / "store", short)
+        settings=settings(store, rollout={"train_batch_groups": 2}), step=0, gen_batch=0, **files, **metrics
+    )
+    _check_gathered(store, short)
     full = component("gather").python_func(
-        storage=str(tmp_path / "store"), step=0, gen_batch=0, trajectories=_dataset(records["trajectories"]),
-        results=_dataset(records["results"]), train_batch_groups=1, **metrics,
-    )  # fmt: skip
+        settings=settings(store, rollout={"train_batch_groups": 1}), step=0, gen_batch=0, **files, **metrics
+    )
     assert not full
+    last = component("gather").python_func(  # short, but the run allows no other batch
+        settings=settings(store, rollout={"train_batch_groups": 2, "max_gen_batches": 1}), step=0,
+        gen_batch=0, **files, **metrics,
+    )  # fmt: skip
+    assert not last
 
 
 def test_gather_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
     files = {name: records[name] for name in ("trajectories", "results")}
     run = run_alone(
-        "gather", tmp_path / "root", files, BATCH_METRICS, storage=str(tmp_path / "store"), step=0,
-        gen_batch=0, train_batch_groups=2,
+        "gather", tmp_path / "root", files, BATCH_METRICS,
+        settings=settings(tmp_path / "store", rollout={"train_batch_groups": 2}), step=0, gen_batch=0,
     )  # fmt: skip
     _check_gathered(tmp_path / "store", run.executor_output["parameterValues"]["Output"])
 
@@ -338,13 +370,19 @@ def test_select_called_directly(tmp_path: Path, gathered: Path) -> None:
     outputs = {name: _out(tmp_path, name) for name in ("trajectories", "results", "selection")}
     metrics = _out(tmp_path, "metrics", Metrics)
     component("select").python_func(
-        storage=str(gathered), step=0, train_batch_groups=2, metrics=metrics, **outputs
+        settings=settings(gathered, rollout={"train_batch_groups": 2}), step=0, metrics=metrics, **outputs
     )
     _check_selected(*(Path(o.path) for o in outputs.values()), metrics.metadata)
 
 
 def test_select_through_kfp_local(tmp_path: Path, gathered: Path) -> None:
-    run = run_alone("select", tmp_path / "root", {}, storage=str(gathered), step=0, train_batch_groups=2)
+    run = run_alone(
+        "select",
+        tmp_path / "root",
+        {},
+        settings=settings(gathered, rollout={"train_batch_groups": 2}),
+        step=0,
+    )
     _check_selected(*(run.task / n for n in ("trajectories", "results", "selection")), run.metrics())
 
 
@@ -356,19 +394,27 @@ def _check_grade(grades: Path, metrics: dict[str, float]) -> None:
     assert metrics["grader/groups"] == 1.0
 
 
-def test_grade_called_directly(tmp_path: Path, records: dict[str, Path]) -> None:
+@pytest.mark.parametrize("algo", list(Estimator), ids=lambda a: a.value)
+def test_grade_called_directly(tmp_path: Path, records: dict[str, Path], algo: Estimator) -> None:
+    """Every estimator that uses a grader gets the kept groups graded (gagar-tiered and
+    gagar-no-restore too); the others an empty grades file and no grader metrics."""
     grades, metrics = _out(tmp_path, "grades"), _out(tmp_path, "metrics", Metrics)
     component("grade").python_func(
+        settings=settings(tmp_path / "store", advantage={"algo": algo.value}),
         tasks=_dataset(records["tasks"]), trajectories=_dataset(records["trajectories"]),
-        results=_dataset(records["results"]), selection=_dataset(records["selection"]), grades=grades,
-        metrics=metrics,
+        results=_dataset(records["results"]),
+        selection=_dataset(records["selection"]), grades=grades, metrics=metrics,
     )  # fmt: skip
-    _check_grade(Path(grades.path), metrics.metadata)
+    if algo.uses_grader:
+        _check_grade(Path(grades.path), metrics.metadata)
+    else:
+        assert read_records(Path(grades.path), Grade) == []
+        assert not any(key.startswith("grader/") for key in metrics.metadata)
 
 
 def test_grade_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
     files = {name: records[name] for name in ("tasks", "trajectories", "results", "selection")}
-    run = run_alone("grade", tmp_path / "root", files)
+    run = run_alone("grade", tmp_path / "root", files, settings=settings(tmp_path / "store"))
     _check_grade(run.task / "grades", run.metrics())
 
 
@@ -387,8 +433,8 @@ def test_redistribute_called_directly(tmp_path: Path, records: dict[str, Path]) 
     batch, metrics = _out(tmp_path, "batch"), _out(tmp_path, "metrics", Metrics)
     credit = _out(tmp_path, "credit", Markdown)
     component("redistribute").python_func(
-        selection=_dataset(records["selection"]), grades=_dataset(records["grades"]), batch=batch,
-        metrics=metrics, credit=credit,
+        settings=settings(tmp_path / "store"), selection=_dataset(records["selection"]),
+        grades=_dataset(records["grades"]), batch=batch, metrics=metrics, credit=credit,
     )  # fmt: skip
     _check_batch(Path(batch.path), metrics.metadata)
     assert "Credit redistribution" in Path(credit.path).read_text()
@@ -396,7 +442,7 @@ def test_redistribute_called_directly(tmp_path: Path, records: dict[str, Path]) 
 
 def test_redistribute_through_kfp_local(tmp_path: Path, records: dict[str, Path]) -> None:
     files = {name: records[name] for name in ("selection", "grades")}
-    run = run_alone("redistribute", tmp_path / "root", files)
+    run = run_alone("redistribute", tmp_path / "root", files, settings=settings(tmp_path / "store"))
     _check_batch(run.task / "batch", run.metrics())
     assert "Credit redistribution" in (run.task / "credit").read_text()
 
@@ -405,7 +451,7 @@ def test_redistribute_through_kfp_local(tmp_path: Path, records: dict[str, Path]
 
 UPSTREAM = {
     "select_metrics": {"rollout/trajectories": 2.0, "sandbox/evaluations": 2.0},
-    "grade_metrics": {"grader/skipped": 1.0},
+    "grade_metrics": {"grader/groups": 1.0},
     "redistribute_metrics": {"sampling/groups_kept": 1.0},
 }
 
@@ -415,6 +461,7 @@ def _check_trained(storage: Path, metrics: dict[str, float]) -> None:
     step = json.loads((storage / "metrics" / "step-000000.json").read_text())
     assert step["rollout/trajectories"] == 2.0
     assert step["sampling/groups_kept"] == 1.0
+    assert step["grader/groups"] == 1.0
     assert metrics["perf/train_s"] > 0
 
 
@@ -423,8 +470,8 @@ def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], po
     upstream = {name: Metrics(uri=str(tmp_path / name), metadata=values) for name, values in UPSTREAM.items()}
     files = {name: _dataset(train_inputs[name]) for name in ("trajectories", "results", "grades", "batch")}
     component("train").python_func(
-        storage=str(tmp_path / "store"), model=str(policy), policy=str(policy), step=0, **files, **upstream,
-        metrics=metrics, summary=summary, minibatch_size=2,
+        settings=settings(tmp_path / "store", policy=policy, optim={"minibatch_size": 2}),
+        policy=str(policy), step=0, ends_run=True, **files, **upstream, metrics=metrics, summary=summary,
     )  # fmt: skip
     _check_trained(tmp_path / "store", metrics.metadata)
     assert "## RL step 0" in Path(summary.path).read_text()
@@ -434,9 +481,9 @@ def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], po
 def test_train_through_kfp_local(tmp_path: Path, train_inputs: dict[str, Path], policy: Path) -> None:
     files = {name: train_inputs[name] for name in ("trajectories", "results", "grades", "batch")}
     run = run_alone(
-        "train", tmp_path / "root", files, UPSTREAM, storage=str(tmp_path / "store"), model=str(policy),
-        policy=str(policy),
-        step=0, minibatch_size=2,
+        "train", tmp_path / "root", files, UPSTREAM,
+        settings=settings(tmp_path / "store", policy=policy, optim={"minibatch_size": 2}),
+        policy=str(policy), step=0, ends_run=True,
     )  # fmt: skip
     _check_trained(tmp_path / "store", run.metrics())
     assert "## RL step 0" in (run.task / "summary").read_text()

@@ -1,1 +1,0 @@
-"""The pipelines: the RL iteration (rl), grader SFT (grader_sft) and policy evaluation (evaluation)."""
