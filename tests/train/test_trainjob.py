@@ -20,15 +20,12 @@ SPEC = TrainJobSpec(
     name="gagar-train-3-a1b2c3",
     runtime="gagar-torch",
     args=update_args(
-        storage="s3://mlpipeline/gagar/runs/r1",
+        settings="s3://mlpipeline/gagar/runs/r1/train/step-000003/settings.json",
         policy="s3://mlpipeline/gagar/runs/r1/checkpoints/step-000002",
-        model="s3://mlpipeline/models/policy",
         step=3,
-        options={
-            "trajectories": "s3://mlpipeline/gagar/runs/r1/train/step-000003/trajectories.jsonl",
-            "lr": 2e-5,
-        },
-        flags=("--lora",),
+        trajectories="s3://mlpipeline/gagar/runs/r1/train/step-000003/trajectories.jsonl",
+        batch="s3://mlpipeline/gagar/runs/r1/train/step-000003/batch.jsonl",
+        policy_version="policy-step-3",
     ),
     nodes=2,
     procs_per_node=4,
@@ -48,8 +45,11 @@ def test_the_built_trainjob_matches_the_crd_schema() -> None:
     trainer = job["spec"]["trainer"]
     assert (trainer["numNodes"], trainer["numProcPerNode"]) == (2, 4)
     assert trainer["command"] == ["torchrun", "-m", "gagar", "train-update"]
-    assert trainer["args"][:2] == ["--storage", "s3://mlpipeline/gagar/runs/r1"]
-    assert trainer["args"][-1] == "--lora"
+    assert trainer["args"][:2] == [
+        "--settings",
+        "s3://mlpipeline/gagar/runs/r1/train/step-000003/settings.json",
+    ]
+    assert trainer["args"][-2:] == ["--policy-version", "policy-step-3"]
     assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "4"}}
     secret = next(e for e in trainer["env"] if e["name"] == "AWS_ACCESS_KEY_ID")
     assert secret["valueFrom"]["secretKeyRef"] == {"name": "mlpipeline-minio-artifact", "key": "accesskey",
@@ -74,6 +74,21 @@ def test_the_schema_refuses_what_the_crd_refuses(change, message: str) -> None:
     change(job)
     with pytest.raises(ValueError, match=message):
         validate_trainjob(job)
+
+
+def test_update_args_are_the_train_update_options() -> None:
+    """What ``gagar train-update`` takes: settings, policy, inputs and step; the version only when set."""
+    from typer.testing import CliRunner
+
+    from gagar.cli import app
+
+    args = update_args(settings="s.json", policy="p", step=2, trajectories="t.jsonl", batch="b.jsonl",
+                       policy_version=None)  # fmt: skip
+    assert args == ("--settings", "s.json", "--policy", "p", "--step", "2", "--trajectories", "t.jsonl",
+                    "--batch", "b.jsonl")  # fmt: skip
+    usage = CliRunner().invoke(app, ["train-update", "--help"], env={"COLUMNS": "200"}).output
+    for option in ("--settings", "--policy", "--step", "--trajectories", "--batch", "--policy-version"):
+        assert option in usage
 
 
 def test_the_vendored_schema_names_its_source() -> None:
