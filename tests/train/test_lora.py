@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.policy import tiny_sft_config
+from gagar import rl_step
 from gagar.policy.adapter import (
     ADAPTER_FILES,
     adapter_base,
@@ -26,7 +27,6 @@ from gagar.policy.rollout import rollout
 from gagar.records import read_records, write_records
 from gagar.schema.batch import BatchEntry
 from gagar.schema.trajectory import SamplingParams, Trajectory
-from gagar.stages import train_stage
 from gagar.storage import LocalStore
 from gagar.tasks.generate import generate_tasks
 from gagar.train.checkpoint import CheckpointManager
@@ -85,17 +85,24 @@ def rollout_files(tmp_path_factory: pytest.TempPathFactory, base: Path) -> tuple
     return out / "trajectories.jsonl", out / "batch.jsonl"
 
 
-def _update(policy: Path, files: tuple[Path, Path], checkpoints: Path, step: int, **kwargs) -> dict:
-    return train_stage(
-        policy=policy,
-        trajectories=[files[0]],
-        batch=files[1],
-        checkpoints=checkpoints,
-        step=step,
-        optim=OPTIM,
-        lora=kwargs.pop("lora", LORA),
-        **kwargs,
+def _update(
+    policy: Path,
+    files: tuple[Path, Path],
+    checkpoints: Path,
+    step: int,
+    *,
+    lora: LoraSettings = LORA,
+    policy_version: str | None = None,
+) -> dict:
+    """The update phase (:func:`gagar.rl_step.update`) on the rollout's files, ``lora`` and :data:`OPTIM`."""
+    config = TrainConfig.from_values(
+        {"tasks": "tasks.jsonl", "policy": str(policy), "optim": OPTIM, "lora": lora}
     )
+    return rl_step.update(
+        config, policy=policy, trajectories=read_records(files[0], Trajectory),
+        batch=read_records(files[1], BatchEntry), checkpoints=checkpoints, step=step,
+        policy_version=policy_version, reference=None,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
