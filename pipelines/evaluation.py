@@ -12,9 +12,9 @@ from typing import Any
 
 from kfp import dsl
 
-from gagar.pipeline.components.evaluate.component import evaluate
-from gagar.pipeline.components.prepare.component import prepare
-from gagar.pipeline.components.rollout.component import rollout
+from gagar.components.evaluate.component import evaluate
+from gagar.components.prepare.component import prepare
+from gagar.components.rollout.component import rollout
 from gagar.pipeline.graph import SETTINGS, docstring, settings_of, signature
 from gagar.pipeline.platform import PlatformOptions, configure
 

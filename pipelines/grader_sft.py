@@ -11,10 +11,10 @@ from typing import Any
 
 from kfp import dsl
 
-from gagar.pipeline.components.grader_sft.component import grader_sft
-from gagar.pipeline.components.prepare.component import prepare
-from gagar.pipeline.components.rollout.component import rollout
-from gagar.pipeline.components.sandbox.component import sandbox
+from gagar.components.grader_sft.component import grader_sft
+from gagar.components.prepare.component import prepare
+from gagar.components.rollout.component import rollout
+from gagar.components.sandbox.component import sandbox
 from gagar.pipeline.graph import SETTINGS, settings_of, signature
 from gagar.pipeline.platform import PlatformOptions, configure
 

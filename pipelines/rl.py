@@ -22,14 +22,14 @@ from typing import Any
 from kfp import dsl
 from kfp.dsl import Dataset, Input
 
-from gagar.pipeline.components.gather.component import gather
-from gagar.pipeline.components.grade.component import grade
-from gagar.pipeline.components.prepare.component import prepare
-from gagar.pipeline.components.redistribute.component import redistribute
-from gagar.pipeline.components.rollout.component import rollout
-from gagar.pipeline.components.sandbox.component import sandbox
-from gagar.pipeline.components.select.component import select
-from gagar.pipeline.components.train.component import train
+from gagar.components.gather.component import gather
+from gagar.components.grade.component import grade
+from gagar.components.prepare.component import prepare
+from gagar.components.redistribute.component import redistribute
+from gagar.components.rollout.component import rollout
+from gagar.components.sandbox.component import sandbox
+from gagar.components.select.component import select
+from gagar.components.train.component import train
 from gagar.pipeline.graph import (
     DEFAULT_MAX_GEN_BATCHES,
     REFILL,

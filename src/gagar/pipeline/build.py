@@ -1,7 +1,7 @@
 """Build one of the pipelines with compile-time options and compile it to KFP YAML.
 
-The pipelines are modules of :mod:`gagar.pipeline.definitions` and their components live in
-:mod:`gagar.pipeline.components` (``<stage>/component.py``): both ship inside the package, so an
+The pipelines are modules of :mod:`gagar.pipelines` and their components live in
+:mod:`gagar.components` (``<stage>/component.py``): both ship inside the package, so an
 installed wheel compiles them from any directory, with no source checkout on ``sys.path``.
 """
 
@@ -20,9 +20,9 @@ from gagar.pipeline.platform import PlatformOptions
 __all__ = ["PIPELINES", "build_pipeline", "compile_pipeline", "executor_images"]
 
 PIPELINES = {
-    "rl": "gagar.pipeline.definitions.rl",
-    "grader-sft": "gagar.pipeline.definitions.grader_sft",
-    "evaluation": "gagar.pipeline.definitions.evaluation",
+    "rl": "gagar.pipelines.rl",
+    "grader-sft": "gagar.pipelines.grader_sft",
+    "evaluation": "gagar.pipelines.evaluation",
 }
 """Pipeline name -> its module."""
 

@@ -4,7 +4,7 @@ This module says which stages one RL step runs, in which image, fed by which ear
 each stage computes is :mod:`gagar.pipeline.store_stages` (one phase of :mod:`gagar.rl_step`
 each). Every stage takes the pipeline's parameters whole, as one ``settings`` mapping
 (:mod:`gagar.pipeline.parameters`, generated from the training config).
-:mod:`gagar.pipeline.definitions.rl` builds the Kubeflow pipeline from it and
+:mod:`gagar.pipelines.rl` builds the Kubeflow pipeline from it and
 :mod:`gagar.pipeline.argo` the Argo Workflow, so both targets run the same graph with the same knobs.
 """
 

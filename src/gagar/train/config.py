@@ -21,9 +21,7 @@ from gagar.advantage import AdvantageConfig, Decay, Estimator, TierFactors
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentSettings
 from gagar.sandbox.runner import BackendName
-from gagar.train.distributed import DistributedSettings
-from gagar.train.lora import LoraSettings
-from gagar.train.update import OptimConfig
+from gagar.train.settings import DistributedSettings, LoraSettings, OptimConfig
 
 __all__ = [
     "EMBEDDED_RUN",

@@ -22,11 +22,11 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+
+from gagar.train.settings import DistributedSettings, Strategy
 
 __all__ = [
     "DistributedSettings",
@@ -51,31 +51,6 @@ _DIAGNOSTICS = (
     "policy/ratio_max",
 )
 """What :func:`gagar.train.loss.policy_loss` reports over a call's tokens, only when it has some."""
-
-
-class Strategy(StrEnum):
-    """How the model is replicated across the update's processes."""
-
-    DDP = "ddp"
-    """Every process holds the whole model; gradients are all-reduced (DistributedDataParallel)."""
-    FSDP = "fsdp"
-    """Parameters, gradients and optimizer state are sharded across processes (fully_shard)."""
-
-
-class DistributedSettings(BaseModel):
-    """How many processes the policy update runs on, and where."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    nodes: int = Field(default=1, ge=1)
-    """Nodes the policy update runs on (a Kubeflow Trainer TrainJob's numNodes)."""
-    procs_per_node: int = Field(default=1, ge=1)
-    """Training processes per node, one per GPU (torchrun's --nproc-per-node)."""
-    strategy: Strategy = Strategy.DDP
-    """ddp replicates the model on every process; fsdp shards it (models that do not fit one device)."""
-    runtime: str | None = None
-    """ClusterTrainingRuntime the train stage's TrainJob uses (the chart installs gagar-torch); unset:
-    updates inside the train stage's own pod."""
 
 
 @dataclass(frozen=True)

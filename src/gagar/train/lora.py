@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.adapter import ADAPTER_CONFIG, is_adapter_dir
@@ -24,6 +23,8 @@ from gagar.policy.model import load_adapter, load_policy, save_policy
 
 if TYPE_CHECKING:
     from peft import PeftModel
+
+from gagar.train.settings import QWEN2_TARGET_MODULES, LoraSettings
 
 __all__ = [
     "QWEN2_TARGET_MODULES",
@@ -33,31 +34,6 @@ __all__ = [
     "unwrap",
     "wrap",
 ]
-
-QWEN2_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-"""The attention and MLP projections of a Qwen2 decoder layer."""
-
-
-class LoraSettings(BaseModel):
-    """Whether the update trains a LoRA adapter instead of all weights, and its shape."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    enabled: bool = False
-    """Train a LoRA adapter on the frozen SFT checkpoint; False updates every weight."""
-    rank: int = Field(default=8, ge=1)
-    """Rank r of each low-rank update."""
-    alpha: float = Field(default=16.0, gt=0)
-    """Scale numerator: the update is ``(alpha / rank) · B A``."""
-    dropout: float = Field(default=0.0, ge=0, lt=1)
-    """Dropout on the adapter's input during training (0 keeps the PPO ratio exactly 1 at the start)."""
-    target_modules: list[str] = Field(default_factory=lambda: list(QWEN2_TARGET_MODULES), min_length=1)
-    """Module names the adapter wraps (Qwen2 attention and MLP projections by default)."""
-    publish_uri: str | None = None
-    """Artifact store (``s3://bucket/prefix`` or a directory) each adapter is also published to."""
-    keep_adapters: int | None = Field(default=3, ge=2)
-    """Newest adapters kept under ``{run_dir}/adapters`` (unset: all). At least 2: the server may still
-    serve the previous one while the newest loads. The store's copies are never pruned."""
 
 
 def _peft_config(settings: LoraSettings):

@@ -26,10 +26,10 @@ import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gagar.train.settings import KLEstimator, PolicyLossConfig
 
 __all__ = [
     "PackedSequences",
@@ -45,29 +45,6 @@ __all__ = [
     "token_logprobs",
     "token_mean",
 ]
-
-KLEstimator = Literal["k1", "k2", "k3"]
-
-
-class PolicyLossConfig(BaseModel):
-    """Hyper-parameters of the policy loss (DESIGN.md §4 defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    clip_low: float = Field(default=0.2, gt=0.0, lt=1.0)
-    """ε_low: the ratio is clipped below at 1 − ε_low."""
-    clip_high: float = Field(default=0.28, gt=0.0)
-    """ε_high: the ratio is clipped above at 1 + ε_high (clip-higher, DAPO)."""
-    kl_coef: float = Field(default=0.0, ge=0.0)
-    """β, the weight of the KL penalty to the reference policy; 0 disables it."""
-    kl_estimator: KLEstimator = "k3"
-    """Estimator of KL[π_θ ‖ π_ref] per token: ``k1`` (log-ratio), ``k2`` (half squared), ``k3``."""
-
-    @model_validator(mode="after")
-    def _check_clip(self) -> PolicyLossConfig:
-        if self.clip_high < self.clip_low:
-            raise ValueError(f"clip_high ({self.clip_high}) must be >= clip_low ({self.clip_low})")
-        return self
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from gagar.policy.adapter import is_adapter_dir
 from gagar.schema.batch import BatchEntry
@@ -33,7 +32,6 @@ from gagar.train.distributed import (
 )
 from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import (
-    PolicyLossConfig,
     pack_sequences,
     pad_rows,
     policy_loss,
@@ -41,6 +39,7 @@ from gagar.train.loss import (
     response_logprobs_and_entropy,
     token_mean,
 )
+from gagar.train.settings import OptimConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,25 +55,6 @@ __all__ = [
 
 class StaleTrajectoryError(ValueError):
     """A trajectory of the batch was sampled by another policy version than the one being updated."""
-
-
-class OptimConfig(BaseModel):
-    """How the policy is updated each step."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    lr: float = Field(default=2e-5, gt=0)
-    """AdamW learning rate."""
-    weight_decay: float = Field(default=0.0, ge=0)
-    """AdamW weight decay."""
-    epochs: int = Field(default=1, ge=1)
-    """Passes over the step's batch."""
-    minibatch_size: int = Field(default=16, ge=1)
-    """Trajectories per optimizer step."""
-    max_grad_norm: float = Field(default=1.0, gt=0)
-    """Gradient clipping by global norm."""
-    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
-    """Clip range, KL coefficient and estimator."""
 
 
 def make_optimizer(model: torch.nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
