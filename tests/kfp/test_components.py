@@ -26,18 +26,23 @@ from gagar.records import read_records, write_records
 from gagar.schema import Grade, KeptBatch, Status, TestResult, Trajectory
 from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
-COMPONENTS = Path(importlib.import_module("gagar.pipeline.components").__file__).parent
-FOLDERS = sorted(p.name for p in COMPONENTS.iterdir() if (p / "component.py").is_file())
+FOLDERS_BY_NAME = {
+    p.name: p
+    for root in importlib.import_module("gagar.components").__path__  # the checkout's components/ too
+    for p in Path(root).iterdir()
+    if (p / "component.py").is_file()
+}
+FOLDERS = sorted(FOLDERS_BY_NAME)
 
 
 def component(name: str) -> Any:
-    return getattr(importlib.import_module(f"gagar.pipeline.components.{name}.component"), name)
+    return getattr(importlib.import_module(f"gagar.components.{name}.component"), name)
 
 
 def test_every_component_folder_looks_the_same() -> None:
     assert {s.name for s in RL_STEP} <= set(FOLDERS)  # folder, component and stage share one name
     for name in FOLDERS:
-        folder = COMPONENTS / name
+        folder = FOLDERS_BY_NAME[name]
         assert (folder / "README.md").is_file(), name
         meta = yaml.safe_load((folder / "metadata.yaml").read_text())
         assert meta["name"] == name
