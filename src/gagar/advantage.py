@@ -37,7 +37,7 @@ __all__ = [
     "Decay",
     "DropReason",
     "Estimator",
-    "GenerationBatch",
+    "RewardBatch",
     "SamplingCounts",
     "TierFactors",
     "assemble_batch",
@@ -567,7 +567,7 @@ class DropReason(StrEnum):
 
 
 @dataclass(frozen=True)
-class GenerationBatch:
+class RewardBatch:
     """One generation batch as dynamic sampling sees it. All arrays are ``(n_traj,)``."""
 
     rewards: np.ndarray
@@ -603,7 +603,7 @@ class SamplingCounts:
 
 
 def filter_generation_batch(
-    batch: GenerationBatch, *, min_group_size: int = 2, room: int | None = None
+    batch: RewardBatch, *, min_group_size: int = 2, room: int | None = None
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Keep mask ``(n_traj,)`` for one generation batch and the dropped-group counts by reason.
 
@@ -658,7 +658,7 @@ class BatchAssembly:
 
 
 def assemble_batch(
-    batches: Iterable[GenerationBatch],
+    batches: Iterable[RewardBatch],
     *,
     train_batch_groups: int,
     max_gen_batches: int,

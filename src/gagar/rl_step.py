@@ -34,7 +34,7 @@ from gagar.advantage import (
     AdvantageInputs,
     Decay,
     Estimator,
-    GenerationBatch,
+    RewardBatch,
     assemble_batch,
     compute_advantages,
 )
@@ -42,7 +42,7 @@ from gagar.policy.agent import COMMANDS, INVALID
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade, ranks_for, scores_for
 from gagar.schema.result import HackKind, Status, TestResult
-from gagar.schema.selection import KeptBatch, KeptTrajectory
+from gagar.schema.selection import GeneratedBatch, KeptBatch, Selection
 from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams, Trajectory
 
@@ -51,8 +51,6 @@ if TYPE_CHECKING:
     from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
 __all__ = [
-    "GeneratedBatch",
-    "Selection",
     "StepInputs",
     "StepOutput",
     "advantages",
@@ -334,14 +332,6 @@ def sandbox_metrics(results: Sequence[TestResult]) -> dict[str, float]:
 # --------------------------------------------------------------------------- select
 
 
-@dataclass(frozen=True)
-class GeneratedBatch:
-    """One generation batch: its trajectories and their test results, in the same order."""
-
-    trajectories: list[Trajectory]
-    results: list[TestResult]
-
-
 def generation_batch(trajectories: Sequence[Trajectory], results: Iterable[TestResult]) -> GeneratedBatch:
     """The trajectories with their results in trajectory order.
 
@@ -355,48 +345,12 @@ def generation_batch(trajectories: Sequence[Trajectory], results: Iterable[TestR
     return GeneratedBatch(list(trajectories), [by_id[t.trajectory_id] for t in trajectories])
 
 
-def _as_sampling_input(batch: GeneratedBatch) -> GenerationBatch:
-    return GenerationBatch(
+def _as_sampling_input(batch: GeneratedBatch) -> RewardBatch:
+    return RewardBatch(
         rewards=np.array([float(r.resolved) for r in batch.results]),
         group_ids=np.array([t.group_id for t in batch.trajectories]),
         infra_error=np.array([r.status is Status.INFRA_ERROR for r in batch.results]),
     )
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What dynamic sampling kept of the generation batches it consumed."""
-
-    batches: list[GeneratedBatch]
-    """Every generation batch consumed, kept members or not."""
-    kept: list[tuple[int, int]]
-    """``(generation batch, index in it)`` of each kept trajectory, in generation order."""
-    metrics: dict[str, float]
-    """``sampling/…`` counts and ``sampling/batch_full``."""
-
-    @property
-    def trajectories(self) -> list[Trajectory]:
-        """The kept trajectories, in generation order."""
-        return [self.batches[b].trajectories[i] for b, i in self.kept]
-
-    @property
-    def results(self) -> list[TestResult]:
-        """The kept trajectories' results, aligned with :attr:`trajectories`."""
-        return [self.batches[b].results[i] for b, i in self.kept]
-
-    @property
-    def kept_batch(self) -> KeptBatch:
-        """The kept trajectories with their rewards and the counts: what the advantages need."""
-        kept = [
-            KeptTrajectory(
-                trajectory_id=self.batches[b].trajectories[i].trajectory_id,
-                group_id=self.batches[b].trajectories[i].group_id,
-                gen_batch=b,
-                reward=float(self.batches[b].results[i].resolved),
-            )
-            for b, i in self.kept
-        ]
-        return KeptBatch(kept=kept, metrics=self.metrics)
 
 
 def select(batches: Iterable[GeneratedBatch], settings: RolloutSettings) -> Selection:
@@ -406,7 +360,7 @@ def select(batches: Iterable[GeneratedBatch], settings: RolloutSettings) -> Sele
     train_batch_groups, max_gen_batches = settings.train_batch_groups, settings.max_gen_batches
     consumed: list[GeneratedBatch] = []
 
-    def sampled() -> Iterator[GenerationBatch]:
+    def sampled() -> Iterator[RewardBatch]:
         for batch in batches:
             consumed.append(batch)
             yield _as_sampling_input(batch)
@@ -429,7 +383,7 @@ def make_grader(config: TrainConfig) -> Grader | None:
     if not config.advantage.algo.uses_grader:
         return None
     g = config.grader
-    return build(g.kind, model_dir=g.model, endpoint=g.endpoint, max_steps=g.max_steps)
+    return build(g.kind, model_dir=g.model, endpoint=g.endpoint, max_turns=g.max_turns)
 
 
 def grade(

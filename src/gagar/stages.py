@@ -100,7 +100,7 @@ def grade_stage(
     endpoint: str | None = None,
     model: str | None = None,
     api: str = "chat",
-    max_steps: int = 8,
+    max_turns: int = 8,
     timeout_s: float = 300.0,
     position_guard: float | None = None,
     repos_dir: PathLike | None = None,
@@ -121,7 +121,7 @@ def grade_stage(
     outcome = [r for path in results for r in read_records(path, TestResult)]
     instance = make_grader(
         grader, model_dir=Path(grader_model) if grader_model is not None else None, endpoint=endpoint,
-        model=model, api=api, max_steps=max_steps, timeout_s=timeout_s,  # type: ignore[arg-type]
+        model=model, api=api, max_turns=max_turns, timeout_s=timeout_s,  # type: ignore[arg-type]
     )  # fmt: skip
     grades, metrics = rl_step.rank(
         instance,

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gagar.advantage import GenerationBatch, assemble_batch, filter_generation_batch
+from gagar.advantage import RewardBatch, assemble_batch, filter_generation_batch
 
 
-def _batch(groups: list[list[int]], start: int, infra: list[list[bool]] | None = None) -> GenerationBatch:
+def _batch(groups: list[list[int]], start: int, infra: list[list[bool]] | None = None) -> RewardBatch:
     rewards = [r for g in groups for r in g]
     ids = [start + i for i, g in enumerate(groups) for _ in g]
     flags = [f for g in infra for f in g] if infra else [False] * len(rewards)
-    return GenerationBatch(np.array(rewards, float), np.array(ids), np.array(flags))
+    return RewardBatch(np.array(rewards, float), np.array(ids), np.array(flags))
 
 
 def test_filter_drops_uniform_groups_and_infra_errors():
@@ -43,7 +43,7 @@ def test_a_group_whose_only_failure_was_infra_becomes_all_pass():
 def test_assembly_refills_from_further_batches_and_stops_when_full():
     produced: list[int] = []
 
-    def generation() -> Iterator[GenerationBatch]:
+    def generation() -> Iterator[RewardBatch]:
         for b in range(10):
             produced.append(b)
             yield _batch([[1, 0], [1, 1], [0, 0], [0, 1]], start=4 * b)

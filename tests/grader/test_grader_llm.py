@@ -54,7 +54,7 @@ def _requests(server: str) -> list[dict]:
 
 def _grader(server: str, api: str = "chat", **kwargs: float) -> LLMGrader:
     client = ChatClient(f"{server}/v1", "scripted", api=api)  # type: ignore[arg-type]
-    return LLMGrader(client, **{"max_steps": 6, "request_timeout_s": 5.0, "total_timeout_s": 10.0, **kwargs})
+    return LLMGrader(client, **{"max_turns": 6, "request_timeout_s": 5.0, "total_timeout_s": 10.0, **kwargs})
 
 
 def test_tool_loop_end_to_end(server: str, ws: GroupWorkspace) -> None:
@@ -114,7 +114,7 @@ def test_completions_api_renders_the_conversation(server: str, ws: GroupWorkspac
         (['{"scores": {}}'], "schema_violation"),
         (['{"scores": {"c1": -3}, "scores": {"c1": -3}}'], "schema_violation"),
         (['c1: 3 lines\nc2: 4 lines\n{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -'], "malformed_json"),
-        ([json.dumps({"tool": "diff_stats", "args": {"candidate": "c1"}})] * 7, "too_many_steps"),
+        ([json.dumps({"tool": "diff_stats", "args": {"candidate": "c1"}})] * 7, "too_many_turns"),
         ([{"status": 500}], "http_error"),
         ([{"sleep": 3.0, "text": GOOD}], "timeout"),
     ],
@@ -164,11 +164,11 @@ def test_against_the_projects_own_policy_server(ws: GroupWorkspace) -> None:
         # the policy server samples: it refuses temperature 0, which OpenAI's API allows
         client = ChatClient(url, "tiny", api="completions", max_tokens=24, temperature=1.0)
         metrics = GraderMetrics()
-        grade = grade_group(LLMGrader(client, max_steps=2, total_timeout_s=60.0), ws, metrics=metrics)
+        grade = grade_group(LLMGrader(client, max_turns=2, total_timeout_s=60.0), ws, metrics=metrics)
     assert grade.group_id == ws.group_id
     assert sorted(grade.candidates) == sorted(ws.passing_ids)
     assert grade.fallback, "an untrained model is not expected to produce a valid ranking"
-    model_failures = {"malformed_json", "schema_violation", "too_many_steps", "omitted_candidate"}
+    model_failures = {"malformed_json", "schema_violation", "too_many_turns", "omitted_candidate"}
     model_failures |= {"invented_candidate", "duplicated_candidate", "empty_tier"}
     assert grade.fallback_reason in model_failures, grade.fallback_detail
     assert metrics.as_dict()["grader/fallbacks"] == 1

@@ -135,7 +135,7 @@ def test_sft_resumes_saves_hf_with_chat_template_and_serves_chat(groups, tmp_pat
         reply = json.loads(urllib.request.urlopen(request, timeout=60).read())
         assert reply["object"] == "chat.completion"
         assert isinstance(reply["choices"][0]["message"]["content"], str)
-        grader = LLMGrader(ChatClient(url, "grader", max_tokens=8), max_steps=2, total_timeout_s=60)
+        grader = LLMGrader(ChatClient(url, "grader", max_tokens=8), max_turns=2, total_timeout_s=60)
         grade = grade_group(grader, groups[0].workspace(tmp_path / "ws"))
         assert grade.grader == "llm"  # an untrained model: a fallback with its reason, never an exception
         assert grade.fallback == (grade.fallback_reason is not None)

@@ -102,7 +102,9 @@ def eval_(
     endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
     model: str | None = typer.Option(None, help="Model name at --endpoint; default the first it lists."),
     api: str = typer.Option("chat", help="Endpoint flavour: chat or completions."),
-    max_steps: int = typer.Option(8, min=1, help="Most tool-calling turns of the llm grader."),
+    max_turns: int | None = typer.Option(
+        None, min=1, help="Most tool-calling turns of the llm grader (default: grader.max_turns's)."
+    ),
     max_tokens: int = typer.Option(512, min=1, help="Most tokens of one llm grader turn."),
     timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
     trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
@@ -131,7 +133,7 @@ def eval_(
         )
         chosen = make_grader(
             grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
-            max_steps=max_steps, timeout_s=timeout, max_tokens=max_tokens,
+            max_turns=max_turns, timeout_s=timeout, max_tokens=max_tokens,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -153,7 +155,9 @@ def grade(
     endpoint: str | None = typer.Option(None, help="OpenAI-compatible /v1 URL for the llm grader."),
     model: str | None = typer.Option(None, help="Model name at --endpoint; default the first it lists."),
     api: str = typer.Option("chat", help="Endpoint flavour: chat or completions."),
-    max_steps: int = typer.Option(8, min=1, help="Most tool-calling turns of the llm grader."),
+    max_turns: int | None = typer.Option(
+        None, min=1, help="Most tool-calling turns of the llm grader (default: grader.max_turns's)."
+    ),
     timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
     position_guard: float | None = typer.Option(
         None, help="Grade twice in opposite orders; tie when the Kendall distance exceeds this."
@@ -167,7 +171,7 @@ def grade(
         metrics = grade_stage(
             tasks=tasks, trajectories=[trajectories], results=[results], out=out, workspace=workspace,
             grader=grader, grader_model=grader_model, endpoint=endpoint, model=model, api=api,
-            max_steps=max_steps, timeout_s=timeout, position_guard=position_guard, repos_dir=repos_dir,
+            max_turns=max_turns, timeout_s=timeout, position_guard=position_guard, repos_dir=repos_dir,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

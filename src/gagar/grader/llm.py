@@ -8,12 +8,12 @@ braces), then ``{"scores": {"c1": -4, "c2": 0, ...}}``, one score per candidate,
 the grader derives the ranking (equal scores tied), so a model never has to sort or write tiers. A
 tiered ``{"ranking": [["c2"], ["c1", "c3"]]}`` (best first) is accepted too. A per-candidate tool
 called without ``candidate`` answers for every candidate at once, one short line each
-(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_steps`` turns
+(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_turns`` turns
 and ``total_timeout_s``.
 
 Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``
 (also a score that is not a finite number), ``duplicated_candidate`` (a candidate scored twice),
-``too_many_steps``, ``timeout``, ``http_error``, ``bad_response`` — or
+``too_many_turns``, ``timeout``, ``http_error``, ``bad_response`` — or
 :class:`~gagar.schema.grade.RankingError` for an answer that omits, duplicates or invents candidates;
 :func:`~gagar.grader.base.grade_group` turns each into a tie with the reason recorded.
 """
@@ -35,6 +35,7 @@ from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import SandboxBackend
 
 __all__ = [
+    "MAX_TURNS",
     "SYSTEM_PROMPT",
     "TOOL_NAMES",
     "FinalAnswer",
@@ -285,6 +286,10 @@ def user_prompt(
     return "\n".join(lines)
 
 
+MAX_TURNS = 8
+"""Most tool-calling turns of one grading (``grader.max_turns``'s default)."""
+
+
 class LLMGrader:
     """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools."""
 
@@ -295,14 +300,14 @@ class LLMGrader:
         self,
         client: ChatClient,
         *,
-        max_steps: int = 8,
+        max_turns: int = MAX_TURNS,
         request_timeout_s: float = 60.0,
         total_timeout_s: float = 300.0,
         tool_output_chars: int = 4000,
         backend: SandboxBackend | None = None,
     ) -> None:
         self.client = client
-        self.max_steps, self.backend = max_steps, backend
+        self.max_turns, self.backend = max_turns, backend
         self.request_timeout_s, self.total_timeout_s = request_timeout_s, total_timeout_s
         self.tool_output_chars = tool_output_chars
 
@@ -314,7 +319,7 @@ class LLMGrader:
             {"role": "user", "content": user_prompt(ws, aliases)},
         ]
         deadline = time.monotonic() + self.total_timeout_s
-        for _ in range(self.max_steps):
+        for _ in range(self.max_turns):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise GraderFailure("timeout", f"no final ranking within {self.total_timeout_s:.1f} s")
@@ -328,7 +333,7 @@ class LLMGrader:
             except ValidationError as exc:
                 raise GraderFailure("schema_violation", f"neither a tool call nor a ranking: {exc}") from None
             messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
-        raise GraderFailure("too_many_steps", f"no final ranking after {self.max_steps} turns")
+        raise GraderFailure("too_many_turns", f"no final ranking after {self.max_turns} turns")
 
     @staticmethod
     def _final(answer: dict[str, Any], session: _Session) -> Ranking:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.llm import LLMGrader
+from gagar.grader.llm import MAX_TURNS, LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import CandidateInput, build_group_workspace
 from gagar.schema.grade import Grade, tie_grade
@@ -66,7 +66,7 @@ def make_grader(
     endpoint: str | None = None,
     model: str | None = None,
     api: Literal["chat", "completions"] = "chat",
-    max_steps: int = 8,
+    max_turns: int | None = None,
     timeout_s: float = 300.0,
     max_tokens: int = 512,
 ) -> Grader:
@@ -84,7 +84,8 @@ def make_grader(
         raise ValueError("the llm grader needs --endpoint URL (an OpenAI-compatible /v1 base URL)")
     check_health(endpoint)
     client = ChatClient(endpoint, model or discover_model(endpoint), api=api, max_tokens=max_tokens)
-    return LLMGrader(client, max_steps=max_steps, request_timeout_s=timeout_s, total_timeout_s=timeout_s)
+    turns = MAX_TURNS if max_turns is None else max_turns
+    return LLMGrader(client, max_turns=turns, request_timeout_s=timeout_s, total_timeout_s=timeout_s)
 
 
 def grade_groups(

@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gagar.advantage import AdvantageConfig, Decay, Estimator, TierFactors
+from gagar.grader.llm import MAX_TURNS
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentSettings
 from gagar.sandbox.runner import BackendName
@@ -110,7 +111,7 @@ class GraderSettings(_Section):
     """Directory of the learned grader."""
     endpoint: str | None = None
     """OpenAI-compatible base URL of the LLM grader."""
-    max_steps: int = Field(default=8, ge=1)
+    max_turns: int = Field(default=MAX_TURNS, ge=1)
     """Most tool-calling turns of the LLM grader per group."""
     position_guard: float | None = Field(default=None, ge=0)
     """Grade twice in opposite orders and tie a group whose rankings are further apart (Kendall

@@ -38,6 +38,7 @@ from gagar import rl_step
 from gagar.policy.adapter import adapter_version, prune_adapters, publish_adapter
 from gagar.records import atomic_write_text, write_records
 from gagar.sandbox.runner import BackendName
+from gagar.schema.selection import GeneratedBatch
 from gagar.scratch import scratch_root
 from gagar.train.checkpoint import Checkpoint, CheckpointManager, MetricsLog, read_extra_state
 from gagar.train.config import RolloutBackend, TrainConfig
@@ -221,7 +222,7 @@ class Trainer:
             checkpoints=self.checkpoints.root,
         )
 
-        def save_generation(b: int, batch: rl_step.GeneratedBatch) -> None:
+        def save_generation(b: int, batch: GeneratedBatch) -> None:
             write_records(step_dir / f"trajectories-{b}.jsonl", batch.trajectories)
             write_records(step_dir / f"results-{b}.jsonl", batch.results)
 
