@@ -13,17 +13,16 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from gagar import rl_step
 from gagar.experiment.config import EvalSettings
-from gagar.policy.agent import AgentKind
 from gagar.policy.evaluate import RolloutQuality, evaluate_detailed
 from gagar.policy.rollout import make_backend
-from gagar.policy.rollout import rollout as sample
-from gagar.policy.visible_tests import VisibleTests
 from gagar.records import atomic_write_text, read_records, write_records
 from gagar.sandbox.runner import BackendName
 from gagar.sandbox.runner import make_backend as make_sandbox
-from gagar.schema.trajectory import SamplingParams, Trajectory
+from gagar.schema.trajectory import Trajectory
 from gagar.tasks.loaders import load_tasks
+from gagar.train.config import RolloutSettings
 
 __all__ = [
     "GREEDY_TOP_P",
@@ -116,7 +115,8 @@ def evaluate_policy(
     start: Sequence[Trajectory] | None = None,
 ) -> EvalSummary:
     """Sample ``settings.samples_per_task`` answers per task from ``policy`` with ``settings.agent``
-    (the tool loop's RUN_TESTS in the same sandbox backend, visible tests only), test and judge them.
+    through the step's own rollout phase (:func:`gagar.rl_step.rollout`, run seed ``sampling_seed``;
+    an agent's visible tests in the same sandbox backend), test and judge them.
 
     Args:
         max_tasks: evaluate on the first this many tasks only.
@@ -133,26 +133,18 @@ def evaluate_policy(
         raise ValueError(f"{tasks}: no held-out tasks")
     generator, tokenizer = make_backend(str(policy), settings.backend)
     sandbox_backend = make_sandbox(BackendName(sandbox), workers)
-    tool_loop = settings.agent.kind is AgentKind.TOOL_LOOP
-    params = SamplingParams(
+    sampling = RolloutSettings(
+        group_size=settings.samples_per_task,
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
-        seed=sampling_seed,
+        agent=settings.agent,
     )
-    trajectories = list(
-        sample(
-            held_out,
-            generator,
-            tokenizer,
-            settings.samples_per_task,
-            params,
-            policy_version=str(policy),
-            progress=progress,
-            agent=settings.agent,
-            run_tests=VisibleTests(sandbox_backend, settings.agent.max_tool_chars) if tool_loop else None,
-        )
-    )
+    trajectories = rl_step.rollout(
+        sampling,
+        generator, tokenizer, held_out, seed=sampling_seed, step=0, gen_batch=0,
+        policy_version=str(policy), sandbox=sandbox_backend, every_task=True, progress=progress,
+    )  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     write_records(out / "trajectories.jsonl", trajectories)
     quality, results, judged = evaluate_detailed(held_out, trajectories, sandbox_backend)

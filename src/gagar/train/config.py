@@ -65,8 +65,8 @@ class _Section(BaseModel):
 class RolloutSettings(_Section):
     """How trajectories are sampled and how many the step needs."""
 
-    group_size: int = Field(default=8, ge=2)
-    """Trajectories per task (the GRPO group)."""
+    group_size: int = Field(default=8, ge=1)
+    """Trajectories per task (the GRPO group; training needs at least 2)."""
     train_batch_groups: int = Field(default=8, ge=1)
     """Mixed groups the update trains on; dynamic sampling refills until it has them."""
     gen_batch_groups: int = Field(default=16, ge=1)
@@ -195,6 +195,14 @@ class TrainConfig(BaseSettings):
                     "rollout.backend 'server' needs lora.enabled: the warm server loads adapters; "
                     "full-weight updates need an engine restart per step"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _groups_can_mix(self) -> TrainConfig:
+        if self.rollout.group_size < 2:
+            raise ValueError(
+                "rollout.group_size must be at least 2: a group of one never mixes pass and fail"
+            )
         return self
 
     @model_validator(mode="after")
