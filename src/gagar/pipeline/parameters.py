@@ -274,7 +274,9 @@ def config_from_parameters(values: Mapping[str, Any], *, run_dir: str | Path = "
         first = exc.errors()[0]
         name = "_".join(str(part) for part in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
-        raise ValueError(f"parameter {name}: {message}" if name else f"pipeline parameters: {message}") from None
+        raise ValueError(
+            f"parameter {name}: {message}" if name else f"pipeline parameters: {message}"
+        ) from None
 
 
 def parameters_from_config(config: Any) -> dict[str, ParameterValue]:
