@@ -124,27 +124,45 @@ def test_a_param_of_the_wrong_type_names_the_parameter(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "wf.yaml"),
         "--param",
-        "group_size=abc",
+        "rollout_group_size=abc",
     )
     assert code == 2
     assert (
         one_line(output)
-        == "gagar pipeline compile: error: --param group_size=abc: group_size takes an integer, got 'abc'"
+        == "gagar pipeline compile: error: parameter rollout_group_size: expected a whole number, got 'abc'"
     )
     assert not (tmp_path / "wf.yaml").exists()
 
 
+def test_a_param_with_a_typo_names_the_close_ones(tmp_path: Path) -> None:
+    code, output = run(
+        "pipeline",
+        "compile",
+        "--target",
+        "argo",
+        "--out",
+        str(tmp_path / "wf.yaml"),
+        "--param",
+        "group_size=8",
+    )
+    assert code == 2
+    assert "unknown pipeline parameter 'group_size'; did you mean rollout_group_size?" in one_line(output)
+    assert not (tmp_path / "wf.yaml").exists()
+
+
 def test_typed_params_converts_each_value_to_its_parameters_type() -> None:
-    assert typed_params(["group_size=8", "lora=true", "lr=1e-5", "tasks=s3://b/t.jsonl"]) == {
-        "group_size": 8,
-        "lora": True,
-        "lr": 1e-5,
+    given = ["rollout_group_size=8", "lora_enabled=true", "optim_lr=1e-5", "tasks=s3://b/t.jsonl"]
+    assert typed_params(given) == {
+        "rollout_group_size": 8,
+        "lora_enabled": True,
+        "optim_lr": 1e-5,
         "tasks": "s3://b/t.jsonl",
     }
     for bad, message in (
-        ("lora=yes", "lora takes true or false, got 'yes'"),
-        ("lr=fast", "lr takes a number, got 'fast'"),
-        ("group_size", "use name=value"),
+        ("lora_enabled=yes", "parameter lora_enabled: expected true or false, got 'yes'"),
+        ("optim_lr=fast", "parameter optim_lr: expected a number, got 'fast'"),
+        ("rollout_group_size", "use name=value"),
+        ("lr=1e-5", "unknown pipeline parameter 'lr'"),
     ):
         with pytest.raises(UserError, match=message):
             typed_params([bad])
