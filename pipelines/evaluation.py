@@ -8,6 +8,7 @@ evaluation samples exactly as the run it measures does.
 """
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from kfp import dsl
@@ -16,15 +17,18 @@ from gagar.components.evaluate.component import evaluate
 from gagar.components.prepare.component import prepare
 from gagar.components.rollout.component import rollout
 from gagar.pipeline.graph import SETTINGS, docstring, settings_of, signature
+from gagar.pipeline.parameters import ParameterValue
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]
 
 
-def build(options: PlatformOptions | None = None) -> Any:
+def build(
+    options: PlatformOptions | None = None, defaults: Mapping[str, ParameterValue] | None = None
+) -> Any:
     """The evaluation pipeline with ``options`` on every task."""
     platform = options or PlatformOptions()
-    order = list(signature().parameters)
+    order = list(signature(defaults=defaults).parameters)
 
     def evaluation(*args: Any) -> None:
         settings = settings_of(dict(zip(order, args, strict=True)))
@@ -46,6 +50,6 @@ def build(options: PlatformOptions | None = None) -> Any:
         ):
             configure(task, name, image, platform, store=uses_store).set_display_name(name)
 
-    evaluation.__signature__ = signature()  # type: ignore[attr-defined]
+    evaluation.__signature__ = signature(defaults=defaults)  # type: ignore[attr-defined]
     evaluation.__doc__ = docstring("Pass@1 and fix quality of the latest policy of a GAGAR run.")
     return dsl.pipeline(name="gagar-evaluation", description=inspect.cleandoc(__doc__ or ""))(evaluation)

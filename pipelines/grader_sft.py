@@ -7,6 +7,7 @@ pipeline's (the training config: how the policy samples and where tests run) and
 """
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from kfp import dsl
@@ -16,6 +17,7 @@ from gagar.components.prepare.component import prepare
 from gagar.components.rollout.component import rollout
 from gagar.components.sandbox.component import sandbox
 from gagar.pipeline.graph import SETTINGS, settings_of, signature
+from gagar.pipeline.parameters import ParameterValue
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["build"]
@@ -29,10 +31,12 @@ _OWN = (
 """The grader SFT's own parameters: held-out tasks, noise groups per task, the scorer's epochs."""
 
 
-def build(options: PlatformOptions | None = None) -> Any:
+def build(
+    options: PlatformOptions | None = None, defaults: Mapping[str, ParameterValue] | None = None
+) -> Any:
     """The grader-SFT pipeline with ``options`` on every task."""
     platform = options or PlatformOptions()
-    order = list(signature(_OWN).parameters)
+    order = list(signature(_OWN, defaults).parameters)
 
     def grader_sft_pipeline(*args: Any) -> None:
         given = dict(zip(order, args, strict=True))
@@ -67,7 +71,7 @@ def build(options: PlatformOptions | None = None) -> Any:
         ):
             configure(task, name, image, platform, store=uses_store).set_display_name(name)
 
-    grader_sft_pipeline.__signature__ = signature(_OWN)  # type: ignore[attr-defined]
+    grader_sft_pipeline.__signature__ = signature(_OWN, defaults)  # type: ignore[attr-defined]
     return dsl.pipeline(name="gagar-grader-sft", description="Train and measure GAGAR's learned grader.")(
         grader_sft_pipeline
     )

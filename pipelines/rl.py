@@ -16,6 +16,7 @@ built from too. The signature of ``rl`` below is made from :data:`gagar.pipeline
 """
 
 import inspect
+from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import Any
 
@@ -39,7 +40,7 @@ from gagar.pipeline.graph import (
     generation_stages,
     signature,
 )
-from gagar.pipeline.parameters import PARAMETERS
+from gagar.pipeline.parameters import PARAMETERS, ParameterValue
 from gagar.pipeline.platform import PlatformOptions, configure
 
 __all__ = ["COMPONENTS", "build"]
@@ -153,9 +154,11 @@ def build(
     steps_per_run: int = 1,
     options: PlatformOptions | None = None,
     max_gen_batches: int = DEFAULT_MAX_GEN_BATCHES,
+    defaults: Mapping[str, ParameterValue] | None = None,
 ) -> Any:
     """The RL pipeline running ``steps_per_run`` chained steps of at most ``max_gen_batches``
-    generation batches each, with ``options`` on every task."""
+    generation batches each, with ``options`` on every task and ``defaults`` replacing some of its
+    parameters' defaults."""
     if steps_per_run < 1:
         raise ValueError(f"steps_per_run must be at least 1, got {steps_per_run}")
     if max_gen_batches < 1:
@@ -170,7 +173,7 @@ def build(
             last = index == steps_per_run - 1
             previous = _add_step(params, index, last, platform, previous, generation)
 
-    rl.__signature__ = signature()  # type: ignore[attr-defined]  # the parameters, declared once
+    rl.__signature__ = signature(defaults=defaults)  # type: ignore[attr-defined]  # declared once
     rl.__doc__ = docstring("The GAGAR RL pipeline.")  # each parameter's description, from its setting
     return dsl.pipeline(
         name="gagar-rl",

@@ -115,7 +115,12 @@ def compile_(
         "--artifact-repository",
         help="argo: CONFIGMAP/KEY of the S3 artifact repository ('' for the namespace default).",
     ),
-    param: list[str] = typer.Option([], "--param", help="argo: parameter value name=value (repeatable)."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="A parameter's default in the compiled pipeline, name=value (repeatable), e.g. "
+        "sandbox_backend=kubernetes; gagar pipeline parameters lists them.",
+    ),
 ) -> None:
     """Compile a pipeline to the YAML the Kubeflow UI uploads, or to an Argo Workflow / CronWorkflow."""
     from gagar.pipeline.platform import PlatformOptions
@@ -158,8 +163,9 @@ def compile_(
             max_gen_batches=max_gen_batches,
         )
     elif target == "kfp":
-        if schedule or param:
-            raise ValueError("--schedule and --param are for --target argo (KFP: gagar schedule)")
+        if schedule:
+            raise ValueError("--schedule is for --target argo (KFP: gagar schedule)")
+        from gagar.cli.params import typed_params
         from gagar.pipeline.build import compile_pipeline, executor_images
 
         path = compile_pipeline(
@@ -168,6 +174,7 @@ def compile_(
             steps_per_run=steps_per_run,
             options=options,
             max_gen_batches=max_gen_batches if pipeline == "rl" else None,
+            defaults=typed_params(param),
         )
     else:
         raise ValueError(f"unknown target {target!r}: choose kfp or argo")

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import yaml
 
+from gagar.pipeline.graph import DEFAULT_MAX_GEN_BATCHES
+from gagar.pipeline.parameters import ParameterValue
 from gagar.pipeline.platform import PlatformOptions
 
 __all__ = ["PIPELINES", "build_pipeline", "compile_pipeline", "executor_images"]
@@ -39,23 +42,24 @@ def build_pipeline(
     steps_per_run: int = 1,
     options: PlatformOptions | None = None,
     max_gen_batches: int | None = None,
+    defaults: Mapping[str, ParameterValue] | None = None,
 ) -> Any:
-    """The pipeline ``name`` (a KFP ``GraphComponent``); ``steps_per_run`` and ``max_gen_batches``
-    (None: the rl pipeline's default) apply to ``rl`` only.
+    """The pipeline ``name`` (a KFP ``GraphComponent``), ``defaults`` replacing some of its
+    parameters' defaults; ``steps_per_run`` and ``max_gen_batches`` (None: the rl pipeline's
+    default) apply to ``rl`` only.
 
     Raises:
         ValueError: an unknown name, or ``steps_per_run`` or ``max_gen_batches`` given for another pipeline.
     """
     module = _module(name)
     if name == "rl":
-        if max_gen_batches is None:
-            return module.build(steps_per_run, options)
-        return module.build(steps_per_run, options, max_gen_batches)
+        bound = DEFAULT_MAX_GEN_BATCHES if max_gen_batches is None else max_gen_batches
+        return module.build(steps_per_run, options, bound, defaults)
     if steps_per_run != 1:
         raise ValueError(f"--steps-per-run applies to the rl pipeline only, not {name!r}")
     if max_gen_batches is not None:
         raise ValueError(f"--max-gen-batches applies to the rl pipeline only, not {name!r}")
-    return module.build(options)
+    return module.build(options, defaults)
 
 
 def compile_pipeline(
@@ -65,14 +69,16 @@ def compile_pipeline(
     steps_per_run: int = 1,
     options: PlatformOptions | None = None,
     max_gen_batches: int | None = None,
+    defaults: Mapping[str, ParameterValue] | None = None,
 ) -> Path:
-    """Compile pipeline ``name`` to the KFP YAML ``out`` (the file the Kubeflow UI uploads)."""
+    """Compile pipeline ``name`` to the KFP YAML ``out`` (the file the Kubeflow UI uploads), its
+    parameters' defaults replaced by ``defaults``."""
     from kfp import compiler
 
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     pipeline = build_pipeline(
-        name, steps_per_run=steps_per_run, options=options, max_gen_batches=max_gen_batches
+        name, steps_per_run=steps_per_run, options=options, max_gen_batches=max_gen_batches, defaults=defaults
     )
     compiler.Compiler().compile(pipeline, str(target))
     return target

@@ -11,9 +11,10 @@ each). Every stage takes the pipeline's parameters whole, as one ``settings`` ma
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gagar.pipeline.parameters import PARAMETERS
+from gagar.pipeline.parameters import PARAMETERS, ParameterValue, convert
 
 __all__ = [
     "DEFAULT_MAX_GEN_BATCHES",
@@ -179,15 +180,19 @@ def generation_stages() -> tuple[Stage, ...]:
     return tuple(s for s in RL_STEP if s.per_gen_batch)
 
 
-def signature(extra: tuple[inspect.Parameter, ...] = ()) -> inspect.Signature:
+def signature(
+    extra: tuple[inspect.Parameter, ...] = (), defaults: Mapping[str, ParameterValue] | None = None
+) -> inspect.Signature:
     """A pipeline function's signature: one parameter per :data:`PARAMETERS` entry, typed, with its
-    default (the pipeline takes it from here, so its parameters are declared only in the config),
-    then a pipeline's own ``extra`` ones (required ones before the rest)."""
+    default (the pipeline takes it from here, so its parameters are declared only in the config;
+    ``defaults`` replaces some for one compiled pipeline, e.g. ``sandbox_backend=kubernetes`` for a
+    cluster), then a pipeline's own ``extra`` ones (required ones before the rest)."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    chosen = {p.name: p.default for p in PARAMETERS} | {k: convert(k, v) for k, v in (defaults or {}).items()}
     generated = [
         inspect.Parameter(p.name, kind, annotation=p.type)
-        if p.default is None
-        else inspect.Parameter(p.name, kind, annotation=p.type, default=p.default)
+        if chosen[p.name] is None
+        else inspect.Parameter(p.name, kind, annotation=p.type, default=chosen[p.name])
         for p in PARAMETERS
     ]
     every = [*generated, *extra]
