@@ -13,7 +13,7 @@ from gagar.pipeline.argo import CronSchedule, build_cron_workflow
 from gagar.pipeline.argo_models import pod_manifests, to_manifest, to_model, validate_pods
 from gagar.pipeline.graph import RL_STEP
 
-REQUIRED = {"model": "s3://b/models/policy", "tasks": "s3://b/tasks.jsonl"}
+REQUIRED = {"policy": "s3://b/models/policy", "tasks": "s3://b/tasks.jsonl"}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,14 @@ def test_release_settings_replace_the_compiled_defaults(argo_objects: list[dict[
     ]
     assert workflow["artifactRepositoryRef"] == {"configMap": "gagar-argo-artifacts", "key": "s3"}
     values = {p["name"]: p["value"] for p in workflow["arguments"]["parameters"]}
-    assert values["model"] == "s3://mlpipeline/gagar/models/sft-policy"
+    assert values["policy"] == "s3://mlpipeline/gagar/models/sft-policy"
     assert values["storage"] == "s3://mlpipeline/gagar/runs/gagar-rl"
-    assert (values["group_size"], values["norm_std"], values["algo"]) == ("16", "false", "gagar")
+    assert (values["rollout_group_size"], values["advantage_norm_std"], values["advantage_algo"]) == (
+        "16",
+        "false",
+        "gagar",
+    )
+    assert values["sandbox_backend"] == "kubernetes"  # the chart's compiled default
     for pod in pod_manifests(cron):
         container = pod["spec"]["containers"][0]
         stage = pod["metadata"]["labels"]["gagar/stage-image"]
@@ -131,7 +136,7 @@ def test_existing_repository_and_required_parameters() -> None:
     with pytest.raises(
         helm_python.HelmRenderError, match=r"argo\.cronWorkflow\.parameters\.tasks is required"
     ):
-        render_objects({"argo": {"cronWorkflow": {"enabled": True, "parameters": {"model": "m"}}}})
+        render_objects({"argo": {"cronWorkflow": {"enabled": True, "parameters": {"policy": "m"}}}})
     with pytest.raises(helm_python.HelmRenderError, match="configMapName must name an existing ConfigMap"):
         render_objects(
             {

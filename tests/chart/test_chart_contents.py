@@ -101,11 +101,11 @@ def test_upload_job_schedules_with_the_required_parameters_and_the_pushgateway()
     assert _flag(schedule, "--service-account") == "gagar-pipeline"  # sandbox.serviceAccount.name
     params = dict(schedule[i + 1].split("=", 1) for i, arg in enumerate(schedule) if arg == "--param")
     assert params == {
-        "group_size": "8",
-        "model": "s3://acme-ml-artifacts/gagar/prod/models/sft-policy",
+        "rollout_group_size": "8",
+        "policy": "s3://acme-ml-artifacts/gagar/prod/models/sft-policy",
         "tasks": "s3://acme-ml-artifacts/gagar/prod/tasks/train.jsonl",
         "storage": "s3://acme-ml-artifacts/gagar/prod/runs/nightly",
-        "pushgateway": f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091",
+        "metrics_pushgateway": f"http://{RELEASE}-pushgateway.{NAMESPACE}.svc:9091",
     }
     assert _flag(containers["upload"]["args"], "--package") == "/pipeline/rl.yaml"
     volumes = {v["name"]: v for v in job["spec"]["template"]["spec"]["volumes"]}
@@ -115,9 +115,9 @@ def test_upload_job_schedules_with_the_required_parameters_and_the_pushgateway()
 
 
 def test_a_pushgateway_parameter_given_wins_and_none_is_added_without_the_pushgateway() -> None:
-    required = {"model": "m", "tasks": "t", "storage": "s"}
+    required = {"policy": "m", "tasks": "t", "storage": "s"}
     for monitoring, given, expected in (
-        (True, {"pushgateway": "http://mine:9091"}, "http://mine:9091"),
+        (True, {"metrics_pushgateway": "http://mine:9091"}, "http://mine:9091"),
         (False, {}, None),
     ):
         values = {
@@ -126,7 +126,7 @@ def test_a_pushgateway_parameter_given_wins_and_none_is_added_without_the_pushga
         }
         schedule = _containers(_one(render_objects(values), "Job", "pipeline-upload"))["schedule"]["args"]
         params = dict(schedule[i + 1].split("=", 1) for i, arg in enumerate(schedule) if arg == "--param")
-        assert params.get("pushgateway") == expected
+        assert params.get("metrics_pushgateway") == expected
 
 
 def test_inline_package_is_shipped_in_a_hook_configmap() -> None:

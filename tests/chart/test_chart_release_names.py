@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from gagar.cli import app
 from gagar.pipeline.images import STAGES
 
-REQUIRED = {"model": "s3://b/models/policy", "tasks": "s3://b/tasks.jsonl", "storage": "s3://b/runs/nightly"}
+REQUIRED = {"policy": "s3://b/models/policy", "tasks": "s3://b/tasks.jsonl", "storage": "s3://b/runs/nightly"}
 
 CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "default-release": (
@@ -149,8 +149,8 @@ def test_every_name_the_pipeline_uses_is_rendered_by_the_chart(
     # The Pushgateway the runs push to is the rendered Service.
     params = dict(schedule[i + 1].split("=", 1) for i, a in enumerate(schedule) if a == "--param")
     (service,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-pushgateway")]
-    assert params["pushgateway"] == f"http://{service['metadata']['name']}.{namespace}.svc:9091"
-    assert settings["data"]["GAGAR_METRICS__PUSHGATEWAY"] == params["pushgateway"]
+    assert params["metrics_pushgateway"] == f"http://{service['metadata']['name']}.{namespace}.svc:9091"
+    assert settings["data"]["GAGAR_METRICS__PUSHGATEWAY"] == params["metrics_pushgateway"]
     assert {k: params[k] for k in REQUIRED} == REQUIRED
 
 
@@ -165,8 +165,8 @@ def test_a_default_install_schedules_nothing() -> None:
     "parameters",
     [
         {},
-        {"model": "m", "tasks": "t"},
-        {"model": "m", "tasks": "t", "storage": ""},
+        {"policy": "m", "tasks": "t"},
+        {"policy": "m", "tasks": "t", "storage": ""},
         {"tasks": "t", "storage": "s"},
     ],
 )

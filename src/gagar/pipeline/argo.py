@@ -33,6 +33,7 @@ from gagar.pipeline.platform import SETTINGS_KEYS, PlatformOptions
 
 __all__ = [
     "API_VERSION",
+    "CLUSTER_DEFAULTS",
     "CONTAINER_SECURITY_CONTEXT",
     "POD_SECURITY_CONTEXT",
     "SANDBOX_POD_STAGES",
@@ -69,6 +70,10 @@ RUN_TESTS of the visible tests during rollout (``agent`` is a run parameter, so 
 the account)."""
 _STORE_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 _CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,?-]+$")
+
+
+CLUSTER_DEFAULTS: dict[str, ParameterValue] = {"sandbox_backend": "kubernetes"}
+"""Parameter defaults of every compiled Workflow, which runs on a cluster: the tests run in sandbox pods."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +309,7 @@ def _workflow_spec(
         raise ValueError(f"steps_per_run must be at least 1, got {steps_per_run}")
     if max_gen_batches < 1:
         raise ValueError(f"max_gen_batches must be at least 1, got {max_gen_batches}")
-    given = dict(argo.parameters)
+    given = {**CLUSTER_DEFAULTS, **dict(argo.parameters)}
     arguments = []
     for p in PARAMETERS:
         chosen = given.get(p.name, p.default)
