@@ -9,12 +9,18 @@ import numpy as np
 import pytest
 
 from gagar import rl_step
-from gagar.advantage import AdvantageConfig, Estimator
+from gagar.advantage import Estimator, TierFactors
 from gagar.schema import Grade, Status, TestResult, Trajectory
+from gagar.schema.selection import GeneratedBatch
 from gagar.tasks.generate import generate_tasks
+from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
 
-def _batch(gen: int, outcomes: dict[str, list[Status]]) -> rl_step.GeneratedBatch:
+def _rollout(train_batch_groups: int, max_gen_batches: int) -> RolloutSettings:
+    return RolloutSettings(train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches)
+
+
+def _batch(gen: int, outcomes: dict[str, list[Status]]) -> GeneratedBatch:
     """One generation batch: per group id, one member per status (passed = resolved)."""
     trajectories, results = [], []
     for group, statuses in outcomes.items():
@@ -44,14 +50,14 @@ def test_generation_batch_pairs_results_and_names_a_missing_one() -> None:
 def test_select_stops_generating_once_the_batch_is_full() -> None:
     drawn: list[int] = []
 
-    def batches() -> Iterator[rl_step.GeneratedBatch]:
+    def batches() -> Iterator[GeneratedBatch]:
         for gen, outcome in enumerate(
             [{"a": [P, P], "b": [P, F]}, {"c": [F, P], "d": [P, F]}, {"e": [P, F]}]
         ):
             drawn.append(gen)
             yield _batch(gen, outcome)
 
-    selection = rl_step.select(batches(), train_batch_groups=2, max_gen_batches=3)
+    selection = rl_step.select(batches(), _rollout(train_batch_groups=2, max_gen_batches=3))
     assert drawn == [0, 1]  # the third batch was never rolled out
     assert [t.group_id for t in selection.trajectories] == ["b-gen0", "b-gen0", "c-gen1", "c-gen1"]
     assert selection.kept == [(0, 2), (0, 3), (1, 0), (1, 1)]
@@ -61,20 +67,34 @@ def test_select_stops_generating_once_the_batch_is_full() -> None:
 
 
 def test_infra_errors_leave_their_group_before_sampling() -> None:
-    selection = rl_step.select([_batch(0, {"a": [P, F, INFRA]})], train_batch_groups=4, max_gen_batches=1)
+    selection = rl_step.select(
+        [_batch(0, {"a": [P, F, INFRA]})], _rollout(train_batch_groups=4, max_gen_batches=1)
+    )
     assert [r.status for r in selection.results] == [P, F]
     assert selection.metrics["sampling/infra_error_trajectories"] == 1
     assert rl_step.sandbox_metrics(selection.batches[0].results)["rollout/resolved_rate"] == 0.5
 
 
+def test_select_stops_at_max_gen_batches_short_of_a_full_batch() -> None:
+    outcomes = [{"a": [P, F]}, {"b": [F, F]}, {"c": [P, F]}]
+    selection = rl_step.select(
+        (_batch(g, o) for g, o in enumerate(outcomes)), _rollout(train_batch_groups=3, max_gen_batches=2)
+    )
+    assert len(selection.batches) == 2
+    assert [t.group_id for t in selection.trajectories] == ["a-gen0", "a-gen0"]
+    assert selection.metrics["sampling/batch_full"] == 0.0
+
+
 def test_advantages_follow_the_registry_and_the_grades() -> None:
-    selection = rl_step.select([_batch(0, {"a": [P, P, F, F]})], train_batch_groups=1, max_gen_batches=1)
-    config = AdvantageConfig()
-    grpo, metrics = rl_step.advantages(selection.kept_batch, None, algo=Estimator.GRPO, config=config)
+    selection = rl_step.select(
+        [_batch(0, {"a": [P, P, F, F]})], _rollout(train_batch_groups=1, max_gen_batches=1)
+    )
+    grpo, metrics = rl_step.advantages(AdvantageSettings(algo=Estimator.GRPO), selection.kept_batch, None)
     assert metrics["credit/moved_ratio"] == 0.0
     assert [e.advantage for e in grpo] == [e.grpo_advantage for e in grpo]
     grade = Grade(group_id="a-gen0", ranking=[["a-gen0/1"], ["a-gen0/0"]], grader="test")
-    gagar, metrics = rl_step.advantages(selection.kept_batch, [grade], algo=Estimator.GAGAR, config=config)
+    settings = AdvantageSettings(algo=Estimator.GAGAR)
+    gagar, metrics = rl_step.advantages(settings, selection.kept_batch, [grade])
     passing = np.array([e.advantage for e in gagar[:2]])
     assert passing[1] > passing[0]  # the better-ranked passing member gains credit
     assert passing.sum() == pytest.approx(sum(e.grpo_advantage for e in gagar[:2]))  # the sum is kept
@@ -82,7 +102,43 @@ def test_advantages_follow_the_registry_and_the_grades() -> None:
     assert metrics["credit/moved_ratio"] > 0
     assert [e.rank for e in gagar] == [2.0, 1.0, None, None]
     with pytest.raises(ValueError, match="needs the grades"):
-        rl_step.advantages(selection.kept_batch, None, algo=Estimator.GAGAR, config=config)
+        rl_step.advantages(settings, selection.kept_batch, None)
+
+
+@pytest.mark.parametrize("algo", [e for e in Estimator if e.uses_grader], ids=lambda a: a.value)
+def test_every_setting_of_the_advantage_section_reaches_the_estimator(algo: Estimator) -> None:
+    """The tier constants, the decay and its constants are the config's, none dropped on the way."""
+    selection = rl_step.select(
+        [_batch(0, {"a": [P, P, P, F, F]})], _rollout(train_batch_groups=1, max_gen_batches=1)
+    )
+    grade = Grade(group_id="a-gen0", ranking=[["a-gen0/2"], ["a-gen0/0"], ["a-gen0/1"]], grader="test")
+
+    def advantages(**changed: object) -> list[float]:
+        settings = AdvantageSettings.model_validate({"algo": algo.value, **changed})
+        entries, _ = rl_step.advantages(settings, selection.kept_batch, [grade])
+        return [e.advantage for e in entries]
+
+    default = advantages()
+    if algo is Estimator.GAGAR_TIERED:  # the paper's form: centred advantages, whatever norm_std says
+        assert advantages(tiers=TierFactors(tier2_top=0.5, tier2_bottom=0.3)) != pytest.approx(default)
+        assert advantages(tiers={"cutoffs": (0.5, 0.9)}) != pytest.approx(default)
+    else:
+        assert advantages(gamma=0.9) != pytest.approx(default)
+        assert advantages(decay="linear", floor=0.5) != pytest.approx(advantages(decay="linear", floor=0.1))
+        assert advantages(norm_std=False) != pytest.approx(default)
+
+
+def test_grading_runs_only_for_an_estimator_that_uses_a_grader(tmp_path) -> None:
+    paths = {"tasks": "tasks.jsonl", "policy": "policy"}
+    for algo in Estimator:
+        config = TrainConfig.from_values({**paths, "advantage": {"algo": algo.value}})
+        grader = rl_step.make_grader(config)
+        assert (grader is not None) is algo.uses_grader, algo
+        if not algo.uses_grader:
+            assert rl_step.grade(config, None, [], [], [], tmp_path) == (None, {})
+        else:
+            with pytest.raises(ValueError, match="ranks with a grader, and none was given"):
+                rl_step.grade(config, None, [], [], [], tmp_path)
 
 
 def test_select_tasks_is_seeded_and_distinct() -> None:

@@ -8,6 +8,7 @@ from gagar import rl_step
 from gagar.advantage import keep_mixed_groups
 from gagar.schema.result import HackFlag, HackKind, Status, TestResult
 from gagar.schema.trajectory import Trajectory
+from gagar.train.config import RolloutSettings
 
 
 def _result(tid: str, status: Status, *kinds: HackKind) -> TestResult:
@@ -44,7 +45,7 @@ def test_a_hack_stays_in_its_group_with_reward_zero() -> None:
         for r in RESULTS
     ]
     generated = rl_step.generation_batch(trajs, RESULTS)
-    selection = rl_step.select([generated], train_batch_groups=8, max_gen_batches=1)
+    selection = rl_step.select([generated], RolloutSettings(train_batch_groups=8, max_gen_batches=1))
     rewards = np.array([float(r.resolved) for r in generated.results])
     groups = np.array([t.group_id for t in generated.trajectories])
     assert rewards.tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]

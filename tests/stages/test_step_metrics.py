@@ -15,16 +15,15 @@ from gagar import rl_step, stages
 from gagar.grader.llm import LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.run import grade_groups
-from gagar.metrics import METRICS, build_metrics, record_step, step_observations
+from gagar.metrics import METRICS, RUN_ACTIVE_KEY, build_metrics, record_step, step_observations
 from gagar.policy.agent import AgentKind, AgentSettings
 from gagar.policy.tool_loop import run_tool_loops
 from gagar.records import read_records, write_records
 from gagar.sandbox.patch import file_diff
-from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams, Trajectory
-from gagar.train.update import OptimConfig
+from gagar.train.config import TrainConfig
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -68,33 +67,36 @@ def test_a_real_step_moves_every_declared_metric(
     )
     trajectories_file = tmp_path / "trajectories.jsonl"
     write_records(trajectories_file, [*rows, hack])
-    results_path, grades_path = tmp_path / "results-0.jsonl", tmp_path / "grades.jsonl"
+    results_path = tmp_path / "results-0.jsonl"
     step: dict[str, float] = {"step": 0.0}
     step |= stages.sandbox_stage(
         tasks=tasks_file, trajectories=trajectories_file, out=results_path, workers=2, progress=False
     )
-    selection = tmp_path / "selection.jsonl"
-    stages.select_stage(
-        trajectories=[trajectories_file], results=[results_path], out=selection, train_batch_groups=2
+    # The step's phases after evaluation, as every runner calls them.
+    config = TrainConfig.from_values(
+        {
+            "tasks": str(tasks_file),
+            "policy": str(tiny_policy),
+            "rollout": {"train_batch_groups": 2, "max_gen_batches": 1},
+            "optim": {"minibatch_size": 4},
+        }
     )
-    step |= stages.grade_stage(
-        tasks=tasks_file,
-        trajectories=[trajectories_file],
-        results=[results_path],
-        selection=selection,
-        out=grades_path,
-        workspace=tmp_path / "workspace",
-        progress=False,
+    generated = rl_step.generation_batch(
+        read_records(trajectories_file, Trajectory), read_records(results_path, TestResult)
     )
-    step |= stages.redistribute_stage(selection=selection, grades=grades_path, out=tmp_path / "b.jsonl")
-    step |= stages.train_stage(
-        policy=tiny_policy,
-        trajectories=[trajectories_file],
-        batch=tmp_path / "b.jsonl",
-        checkpoints=tmp_path / "checkpoints",
-        step=0,
-        optim=OptimConfig(minibatch_size=4),
-    )
+    selection = rl_step.select([generated], config.rollout)
+    grades, grade_metrics = rl_step.grade(
+        config, rl_step.make_grader(config), read_records(tasks_file, Task), selection.trajectories,
+        selection.results, tmp_path / "workspace",
+    )  # fmt: skip
+    assert grades is not None
+    step |= grade_metrics
+    batch, advantage_metrics = rl_step.advantages(config.advantage, selection.kept_batch, grades)
+    step |= selection.metrics | advantage_metrics
+    step |= rl_step.update(
+        config, policy=tiny_policy, trajectories=selection.trajectories, batch=batch,
+        checkpoints=tmp_path / "checkpoints", step=0, policy_version=None, reference=None,
+    )  # fmt: skip
     # The rollout's metrics over single-shot answers and one conversation of the tool-loop agent.
     tokenizer = AutoTokenizer.from_pretrained(tiny_policy)
     script = ScriptBackend(tokenizer, [["RUN_TESTS", "SUBMIT"]])
@@ -105,7 +107,6 @@ def test_a_real_step_moves_every_declared_metric(
     step |= rl_step.rollout_metrics([*rows, *conversation])
     step["perf/step_s"] = time.perf_counter() - started
     results = read_records(results_path, TestResult)
-    grades = read_records(grades_path, Grade)
 
     m = build_metrics()
     before = _samples(m.registry)
@@ -127,6 +128,14 @@ def test_a_real_step_moves_every_declared_metric(
     record_step(m, {"step": 1.0, **fallback.as_dict()})
     after = _samples(m.registry)
     moved |= _moved(before, after)
+
+    # The run's own gauges: every pushed step marks it active (publish_step), its end finished (finish_run).
+    before = _samples(m.registry)
+    record_step(m, {RUN_ACTIVE_KEY: 1.0})
+    moved |= _moved(before, _samples(m.registry))
+    before = _samples(m.registry)
+    record_step(m, {RUN_ACTIVE_KEY: 0.0, "run/failed": 1.0, "run/finished": 1.0})
+    moved |= _moved(before, _samples(m.registry))
 
     flagged = [r for r in results if r.trajectory_id == "hack/0"]
     assert step["sandbox/hack"] == 1.0, flagged
