@@ -40,6 +40,9 @@ def run(
         None, "--storage", help="Artifact store: a directory or s3://bucket/prefix (default: <out>/store)."
     ),
     steps: int = typer.Option(2, "--steps", min=1, help="RL steps of this run (each resumes the store)."),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="Show KFP's own output (every task's logs) instead of one line per task."
+    ),
     warm: bool = typer.Option(
         True,
         "--warm-stages/--cold-stages",
@@ -70,16 +73,29 @@ def run(
         overrides.setdefault("tasks", embedded.rl_tasks.resolve())
     settings = load_config(config or EMBEDDED_RUN, overrides)
     arguments = {**parameters_from_config(settings), "storage": storage or str(out / "store")}
+    log = None if verbose else out / "kfp.log"
+    typer.echo(
+        f"running {steps} RL step(s) of the pipeline through kfp.local"
+        + (f" (its logs: {log})" if log else "")
+    )
     result = run_local(
-        arguments, out=out, steps=steps, max_gen_batches=settings.rollout.max_gen_batches, warm=warm
+        arguments,
+        out=out,
+        steps=steps,
+        max_gen_batches=settings.rollout.max_gen_batches,
+        warm=warm,
+        log_file=log,
     )
     for row in result.steps:
         typer.echo(
-            f"step {row['step']:.0f}: resolved rate {row.get('rollout/resolved_rate', 0.0):.3f}, "
-            f"groups kept {row.get('sampling/groups_kept', 0.0):.0f}, "
+            f"step {row['step']:.0f}: resolved rate {row.get('rollout/resolved_rate', 0.0):.3f} "
+            f"of {row.get('rollout/trajectories', 0.0):.0f} trajectories, "
+            f"groups kept {row.get('sampling/groups_kept', 0.0):.0f} of "
+            f"{row.get('sampling/groups_generated', 0.0):.0f}, "
             f"credit moved {row.get('credit/moved_ratio', 0.0):.1%}"
         )
-    typer.echo(f"{result.summary()}; store {arguments['storage']}, KFP artifacts {result.pipeline_root}")
+    typer.echo(result.summary())
+    typer.echo(f"checkpoints and step metrics: {arguments['storage']}; KFP artifacts: {result.pipeline_root}")
 
 
 def schedule(

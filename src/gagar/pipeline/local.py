@@ -13,6 +13,7 @@ overhead (process starts, imports, KFP's executor, artifact and store copies).
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from contextlib import ExitStack
@@ -105,17 +106,21 @@ def run_local(
     max_gen_batches: int | None = None,
     container: ContainerSettings | None = None,
     warm: bool = True,
+    log_file: Path | None = None,
 ) -> LocalRun:
     """Run ``steps`` RL steps of the pipeline with ``arguments`` (its parameters) through ``kfp.local``,
     each drawing at most ``max_gen_batches`` generation batches (None: the pipeline's default).
 
-    ``arguments["storage"]`` is made absolute. KFP logs each task's start, output and end to stdout.
+    ``arguments["storage"]`` is made absolute. KFP logs each task's start, output and end to stdout,
+    or with ``log_file`` to that file while one line per finished task is printed
+    (:func:`gagar.pipeline.progress.logged_to`).
     ``container``: run each task in its stage image (see the module docstring); None runs them as
     local processes, and with ``warm`` each task's stage function in a fork of one interpreter that
     imported torch and gagar once (:mod:`gagar.pipeline.warm_stages`).
 
     Raises:
-        RuntimeError: a task failed (KFP names it in the message).
+        RuntimeError: a task failed (KFP names it in the message); with ``log_file`` a
+            :class:`gagar.errors.UserError` naming the task, its error and the log.
         ValueError: with ``container``, a local store, policy or tasks path outside ``<out>/kfp-root``.
     """
     from kfp import local
@@ -138,7 +143,39 @@ def run_local(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*non-Python base image.*", category=RuntimeWarning)
             warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
-            pipeline(**arguments)
+            if log_file is None:
+                pipeline(**arguments)
+            else:
+                _run_logged(pipeline, arguments, log_file)
         wall = time.perf_counter() - start
     rows = [row for row in read_step_metrics(arguments["storage"]) if row["step"] not in done]
     return LocalRun(wall_s=wall, steps=rows, pipeline_root=root, warm_start_s=warm_start)
+
+
+def _run_logged(pipeline: Any, arguments: dict[str, Any], log_file: Path) -> None:
+    """Run ``pipeline`` with its output in ``log_file``; a failed task becomes one line naming it."""
+    from gagar.errors import UserError
+    from gagar.pipeline.progress import logged_to
+
+    offset = log_file.stat().st_size if log_file.exists() else 0
+    try:
+        with logged_to(log_file):
+            pipeline(**arguments)
+    except RuntimeError as exc:
+        failed = re.search(r"Inner task failed: \W*'?([\w-]+)", _ANSI.sub("", str(exc)))
+        task = failed.group(1) if failed else "a task"
+        raise UserError(
+            f"the pipeline failed at {task}: {_last_error(log_file, offset)} (log: {log_file})"
+        ) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _last_error(log_file: Path, offset: int) -> str:
+    """The last exception line this run wrote to ``log_file`` (``ValueError: …``)."""
+    with open(log_file, encoding="utf-8", errors="replace") as log:
+        log.seek(offset)
+        lines = [_ANSI.sub("", line).strip() for line in log]
+    errors = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b:?", line)]
+    return errors[-1] if errors else "see its log"

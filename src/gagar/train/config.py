@@ -213,6 +213,12 @@ class TrainConfig(BaseSettings):
             and self.grader.model is None
         ):
             raise ValueError("grader.kind 'learned' needs grader.model (the learned grader's directory)")
+        if (
+            self.advantage.algo.uses_grader
+            and self.grader.kind is GraderKind.LLM
+            and self.grader.endpoint is None
+        ):
+            raise ValueError("grader.kind 'llm' needs grader.endpoint (the grader server's /v1 URL)")
         return self
 
     @classmethod
