@@ -308,11 +308,14 @@ def _read_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _problem(loc: tuple[Any, ...], message: str, overrides: dict[str, Any]) -> str:
     """``rollout.group_size: <message>``, saying when the value came from the command line."""
+    message = message.removeprefix("Value error, ")
+    if not loc:
+        return message
     value: Any = overrides
     for part in loc:
         value = value.get(part) if isinstance(value, dict) else None
     source = " (set on the command line)" if value is not None else ""
-    return f"{'.'.join(map(str, loc)) or 'config'}{source}: {message}"
+    return f"{'.'.join(map(str, loc))}{source}: {message}"
 
 
 def load_config(
