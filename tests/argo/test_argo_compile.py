@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from gagar.cli.pipeline import app
 from gagar.pipeline.argo import (
+    CLUSTER_DEFAULTS,
     CONTAINER_SECURITY_CONTEXT,
     ArgoOptions,
     CronSchedule,
@@ -20,10 +21,12 @@ from gagar.pipeline.argo import (
     parse_repository,
     to_yaml,
 )
+from gagar.pipeline.argo_entry import setting_argument
 from gagar.pipeline.argo_models import ArgoSchemaError, pod_manifests, to_manifest, to_model, validate_pods
 from gagar.pipeline.build import compile_pipeline
-from gagar.pipeline.graph import DEFAULT_MAX_GEN_BATCHES, PARAMETERS, RL_STEP, generation_stages
+from gagar.pipeline.graph import DEFAULT_MAX_GEN_BATCHES, RL_STEP, generation_stages
 from gagar.pipeline.images import STAGES, stage_image
+from gagar.pipeline.parameters import PARAMETERS
 from gagar.pipeline.platform import PlatformOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +80,11 @@ def test_dag_chains_steps_like_the_kfp_pipeline(two_steps: dict[str, Any]) -> No
         "name": "trajectories",
         "from": "{{tasks.rollout-1-1.outputs.artifacts.trajectories}}",
     } in sandbox["artifacts"]
-    assert {"name": "backend", "value": "{{workflow.parameters.sandbox_backend}}"} in sandbox["parameters"]
+    # every stage takes every pipeline parameter, as its settings
+    for task in tasks.values():
+        given = {p["name"]: p["value"] for p in task["arguments"]["parameters"]}
+        for p in PARAMETERS:
+            assert given[setting_argument(p.name)] == f"{{{{workflow.parameters.{p.name}}}}}", task["name"]
     assert {"name": "gen_batch", "value": "1"} in tasks["rollout-1-1"]["arguments"]["parameters"]
 
 
@@ -163,14 +170,20 @@ def test_dag_is_the_kfp_pipelines_task_for_task(tmp_path: Path) -> None:
             assert kfp[name][1].startswith("gather"), name
 
 
+def _kfp_parameters(path: Path, **defaults: str) -> dict[str, Any]:
+    compiled = compile_pipeline("rl", path, defaults=defaults or None)
+    spec = next(d for d in yaml.safe_load_all(compiled.read_text()) if d and "root" in d)
+    return spec["root"]["inputDefinitions"]["parameters"]
+
+
 def test_parameters_are_the_kfp_pipelines_with_the_same_defaults(tmp_path: Path) -> None:
-    kfp_spec = next(
-        d
-        for d in yaml.safe_load_all(compile_pipeline("rl", tmp_path / "rl.yaml").read_text())
-        if d and "root" in d
-    )
-    kfp = kfp_spec["root"]["inputDefinitions"]["parameters"]
+    """The Workflow runs on a cluster: its defaults are the KFP pipeline's compiled for a cluster
+    (as the chart compiles it: the tests in sandbox pods), the config's elsewhere."""
+    assert CLUSTER_DEFAULTS == {"sandbox_backend": "kubernetes"}
+    assert _kfp_parameters(tmp_path / "local.yaml")["sandbox_backend"]["defaultValue"] == "local"
+    kfp = _kfp_parameters(tmp_path / "rl.yaml", **CLUSTER_DEFAULTS)
     argo = {p["name"]: p.get("value") for p in build_workflow()["spec"]["arguments"]["parameters"]}
+    assert argo["sandbox_backend"] == "kubernetes"
     assert list(argo) == [p.name for p in PARAMETERS]
     assert set(argo) == set(kfp)
     for name, value in argo.items():
@@ -326,7 +339,7 @@ def test_cli_compiles_workflow_and_cron_workflow(tmp_path: Path) -> None:
     assert "artifactRepositoryRef" not in manifest["spec"]["workflowSpec"]
     for bad, message in (
         (["--schedule", "0 0 3 * * *"], "5-field cron"),
-        (["--param", "nope=1"], "unknown pipeline parameters"),
+        (["--param", "nope=1"], "unknown pipeline parameter 'nope'"),
         (["--pipeline", "evaluation"], "rl pipeline only"),
     ):
         result = runner.invoke(app, ["compile", "--target", "argo", "--out", str(cron), *bad])
