@@ -91,6 +91,12 @@ def compile_(
         "gagar-settings", help="The chart's settings ConfigMap, <release>-settings ('' for none)."
     ),
     gpus: bool = typer.Option(True, "--gpus/--no-gpus", help="One GPU for the rollout and train tasks."),
+    resources: list[str] = typer.Option(
+        [],
+        "--resources",
+        help="A stage image's CPU and memory, STAGE=CPU_REQUEST/CPU_LIMIT,MEMORY_REQUEST/MEMORY_LIMIT "
+        "(repeatable), e.g. train=4/8,32Gi/64Gi; stages not named keep their defaults.",
+    ),
     timeout_s: int = typer.Option(6 * 3600, min=1, help="Deadline of every task, in seconds."),
     retries: int = typer.Option(2, min=0, help="Retries of a failed task (never the train task)."),
     schedule: str | None = typer.Option(
@@ -123,7 +129,7 @@ def compile_(
     ),
 ) -> None:
     """Compile a pipeline to the YAML the Kubeflow UI uploads, or to an Argo Workflow / CronWorkflow."""
-    from gagar.pipeline.platform import PlatformOptions
+    from gagar.pipeline.platform import PlatformOptions, parse_resources
 
     options = PlatformOptions(
         image_registry=image_registry,
@@ -135,6 +141,7 @@ def compile_(
         store_secret_keys=_secret_keys(store_secret_keys),
         settings_configmap=settings_configmap or None,
         gpus=(("rollout", 1), ("train", 1)) if gpus else (),
+        resources=tuple(parse_resources(item) for item in resources),
         timeout_s=timeout_s,
         retries=retries,
     )

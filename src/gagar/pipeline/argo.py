@@ -189,9 +189,10 @@ def _container_template(spec: Stage, platform: PlatformOptions, argo: ArgoOption
         "securityContext": CONTAINER_SECURITY_CONTEXT,
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    container["resources"] = platform.resources_of(spec.name, spec.image).as_kubernetes()
     gpus = dict(platform.gpus).get(spec.name, 0)
     if gpus:
-        container["resources"] = {"limits": {platform.accelerator_type: str(gpus)}}
+        container["resources"]["limits"][platform.accelerator_type] = str(gpus)
     outputs: dict[str, Any] = {
         "artifacts": [
             {"name": n, "path": _path("outputs", n), "archive": {"none": {}}} for n in spec.artifacts
