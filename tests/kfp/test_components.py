@@ -215,7 +215,7 @@ def test_prepare_called_directly(tmp_path: Path, records: dict[str, Path]) -> No
 
 
 def test_prepare_refuses_bad_settings(tmp_path: Path, records: dict[str, Path]) -> None:
-    bad = settings(tmp_path / "store", records["tasks"]) | {"rollout_group_size": 1}
+    bad = settings(tmp_path / "store", records["tasks"]) | {"rollout_group_size": 0}
     with pytest.raises(ValueError, match="parameter rollout_group_size"):
         component("prepare").python_func(settings=bad, tasks=_out(tmp_path, "tasks"))
 

@@ -169,7 +169,9 @@ def test_pipeline_only_parameters_are_not_settings() -> None:
         ),
         ({"rollout_group_size": "many"}, "parameter rollout_group_size: expected a whole number"),
         ({"rollout_group_size": "2.5"}, "parameter rollout_group_size: expected a whole number"),
-        ({"rollout_group_size": 1}, "parameter rollout_group_size: "),
+        ({"rollout_group_size": 0}, "parameter rollout_group_size: "),
+        # a check across the config's sections names the setting
+        ({"rollout_group_size": 1}, "rollout.group_size must be at least 2"),
         ({"optim_lr": "fast"}, "parameter optim_lr: expected a number"),
         ({"advantage_norm_std": "yes"}, "parameter advantage_norm_std: expected true or false"),
         ({"advantage_algo": "gagr"}, "parameter advantage_algo: "),
@@ -230,7 +232,8 @@ def test_the_compiled_kfp_pipeline_takes_exactly_the_parameters_described(tmp_pa
 
 
 def test_the_argo_workflow_takes_exactly_the_parameters_described() -> None:
-    from gagar.pipeline.argo import build_workflow
+    """Its defaults are the settings' but for those a cluster run changes (:data:`CLUSTER_DEFAULTS`)."""
+    from gagar.pipeline.argo import CLUSTER_DEFAULTS, build_workflow
 
     arguments = build_workflow()["spec"]["arguments"]["parameters"]
     assert [a["name"] for a in arguments] == [p.name for p in PARAMETERS]
@@ -239,4 +242,4 @@ def test_the_argo_workflow_takes_exactly_the_parameters_described() -> None:
         if p.default is None:
             assert "value" not in entry, p.name
         else:
-            assert convert(p.name, entry["value"]) == p.default, p.name
+            assert convert(p.name, entry["value"]) == CLUSTER_DEFAULTS.get(p.name, p.default), p.name
