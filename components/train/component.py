@@ -1,7 +1,7 @@
 """Train: one PPO-clip update on the step's batch; publishes checkpoint step-N to the artifact store."""
 
 from kfp import dsl
-from kfp.dsl import Dataset, Input, Markdown, Metrics, Output
+from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
 
 from gagar.pipeline.images import stage_image
 
@@ -21,6 +21,7 @@ def train(
     redistribute_metrics: Input[Metrics],
     metrics: Output[Metrics],
     summary: Output[Markdown],
+    model: Output[Model],
 ):
     """Update the policy (``gagar.pipeline.store_stages.train``: ``gagar.rl_step.update``) and publish
     ``checkpoints/step-N`` to the store, with the step's metrics.
@@ -40,6 +41,8 @@ def train(
         redistribute_metrics: the redistribute stage's metrics.
         metrics: ``loss/…``, ``train/…`` and ``perf/train_s``.
         summary: the step's headline numbers as Markdown.
+        model: the checkpoint this step published (where it is in the store, its step and version),
+            so the run page shows the model and its lineage.
     """
     from gagar.pipeline import store_stages
 
@@ -58,5 +61,7 @@ def train(
             grade_metrics=grade_metrics.metadata,
             redistribute_metrics=redistribute_metrics.metadata,
             summary=summary.path,
+            model=model.path,
         ),
     )
+    model.metadata.update(store_stages.checkpoint_card(model.path))

@@ -72,7 +72,7 @@ def run(
         overrides.setdefault("policy", embedded.policy.resolve())
         overrides.setdefault("tasks", embedded.rl_tasks.resolve())
     settings = load_config(config or EMBEDDED_RUN, overrides)
-    arguments = {**parameters_from_config(settings), "storage": storage or str(out / "store")}
+    arguments = {**parameters_from_config(settings), "storage": storage or str((out / "store").resolve())}
     log = None if verbose else out / "kfp.log"
     typer.echo(
         f"running {steps} RL step(s) of the pipeline through kfp.local"

@@ -166,7 +166,7 @@ RL_STEP: tuple[Stage, ...] = (
             ("grade_metrics", "grade", "metrics"),
             ("redistribute_metrics", "redistribute", "metrics"),
         ),
-        artifacts=("metrics", "summary"),
+        artifacts=("metrics", "summary", "model"),
         takes_ends_run=True,
     ),
 )

@@ -36,6 +36,7 @@ __all__ = [
     "RL_STAGES",
     "GatherOutcome",
     "MetricsSink",
+    "checkpoint_card",
     "evaluate",
     "gather",
     "grade",
@@ -415,6 +416,7 @@ def train(
     step: int,
     select_metrics: Mapping[str, float],
     ends_run: bool = False,
+    model: str | None = None,
     grade_metrics: Mapping[str, float],
     redistribute_metrics: Mapping[str, float],
     summary: str,
@@ -429,8 +431,9 @@ def train(
     the step under. The earlier stages' metrics of this step, merged with the update's, go to
     ``metrics/step-N.json`` in the store, to the Pushgateway when one is set (with each sandbox run's
     and each graded group's seconds from ``results`` and ``grades`` for the histograms), and as a
-    Markdown summary to ``summary``. The run's last step (``ends_run``) marks the run finished on the
-    Pushgateway; a run that fails before it stays active, and its stall alert fires.
+    Markdown summary to ``summary``; ``model`` gets a card of the published checkpoint. The run's last
+    step (``ends_run``) marks the run finished on the Pushgateway; a run that fails before it stays
+    active, and its stall alert fires.
     """
     from gagar.policy.adapter import adapter_version
     from gagar.train.config import RolloutBackend
@@ -463,7 +466,21 @@ def train(
         if ends_run:  # no stall alert until the next scheduled run starts
             finish_run(url, job, {"run": run}, succeeded=True)
     Path(summary).write_text(report.step_summary(step, merged), encoding="utf-8")
+    if model is not None:  # a card of the published checkpoint: the run page's Model artifact
+        card = {
+            "checkpoint": f"{storage}/{store.checkpoint_key(step)}",
+            "step": step,
+            "policy_version": version,
+        }
+        Path(model).write_text(json.dumps(card, sort_keys=True), encoding="utf-8")
     return metrics
+
+
+def checkpoint_card(path: str) -> dict[str, Any]:
+    """The Model artifact's metadata: what :func:`train` wrote at ``path`` (the checkpoint's store URI,
+    its step and policy version)."""
+    card = json.loads(Path(path).read_text(encoding="utf-8"))
+    return {key: value for key, value in card.items() if value is not None}
 
 
 def _kube_api() -> Any:
