@@ -153,33 +153,15 @@ def run_kfp(args: argparse.Namespace, work: Path, policy: Path, tasks: Path, war
     each stage function in a fork of a pre-imported interpreter) or cold (each task's own process,
     as in a cluster); wall time and stage seconds."""
     from gagar.pipeline.local import run_local
+    from gagar.pipeline.parameters import parameters_from_config
+    from gagar.train.config import TrainConfig
 
     out = work / ("kfp" if warm else "kfp-cold")
-    arguments = {
-        "model": str(policy.resolve()),
-        "tasks": str(tasks.resolve()),
-        "storage": str(out / "store"),
-        "algo": "gagar",
-        "grader": "heuristic",
-        "group_size": args.group_size,
-        "train_batch_groups": args.tasks,
-        "gen_batch_groups": args.tasks,
-        "max_new_tokens": args.max_new_tokens,
-        "seed": args.seed,
-        "sandbox_backend": "local",
-        "pushgateway": "",
-    }
+    config = TrainConfig.from_values(step_config(args, out / "train", policy.resolve(), tasks.resolve()))
+    arguments = {**parameters_from_config(config), "storage": str(out / "store")}  # the same settings
     log_path = out.with_suffix(".log")
-    with open(log_path, "w") as log:
-        saved = os.dup(1), os.dup(2)
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            result = run_local(arguments, out=out, steps=1, max_gen_batches=1, warm=warm)  # one step
-        finally:
-            for fd, target in zip(saved, (1, 2), strict=True):
-                os.dup2(fd, target)
-                os.close(fd)
+    log_path.unlink(missing_ok=True)
+    result = run_local(arguments, out=out, steps=1, max_gen_batches=1, warm=warm, log_file=log_path)
     now = time.localtime()
     walls = task_walls(log_path, now.tm_hour * 3600 + now.tm_min * 60 + now.tm_sec)
     return {
