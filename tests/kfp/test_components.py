@@ -461,8 +461,10 @@ UPSTREAM = {
 }
 
 
-def _check_trained(storage: Path, metrics: dict[str, float]) -> None:
+def _check_trained(storage: Path, metrics: dict[str, float], card: dict[str, Any]) -> None:
     assert (storage / "checkpoints" / "step-000000" / "model" / "config.json").is_file()
+    assert card["step"] == 0  # the Model artifact names the checkpoint published
+    assert card["checkpoint"] == f"{storage}/checkpoints/step-000000"
     step = json.loads((storage / "metrics" / "step-000000.json").read_text())
     assert step["rollout/trajectories"] == 2.0
     assert step["sampling/groups_kept"] == 1.0
@@ -472,13 +474,15 @@ def _check_trained(storage: Path, metrics: dict[str, float]) -> None:
 
 def test_train_called_directly(tmp_path: Path, train_inputs: dict[str, Path], policy: Path) -> None:
     metrics, summary = _out(tmp_path, "metrics", Metrics), _out(tmp_path, "summary", Markdown)
+    model = _out(tmp_path, "model", Model)
     upstream = {name: Metrics(uri=str(tmp_path / name), metadata=values) for name, values in UPSTREAM.items()}
     files = {name: _dataset(train_inputs[name]) for name in ("trajectories", "results", "grades", "batch")}
     component("train").python_func(
         settings=settings(tmp_path / "store", policy=policy, optim={"minibatch_size": 2}),
         policy=str(policy), step=0, ends_run=True, **files, **upstream, metrics=metrics, summary=summary,
+        model=model,
     )  # fmt: skip
-    _check_trained(tmp_path / "store", metrics.metadata)
+    _check_trained(tmp_path / "store", metrics.metadata, model.metadata)
     assert "## RL step 0" in Path(summary.path).read_text()
 
 
@@ -490,7 +494,7 @@ def test_train_through_kfp_local(tmp_path: Path, train_inputs: dict[str, Path], 
         settings=settings(tmp_path / "store", policy=policy, optim={"minibatch_size": 2}),
         policy=str(policy), step=0, ends_run=True,
     )  # fmt: skip
-    _check_trained(tmp_path / "store", run.metrics())
+    _check_trained(tmp_path / "store", run.metrics(), run.metrics("model"))
     assert "## RL step 0" in (run.task / "summary").read_text()
 
 
