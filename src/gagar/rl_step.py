@@ -140,13 +140,14 @@ def rollout_stream(
     for generation batch ``gen_batch`` of ``step`` (every task, in order, with ``every_task``) from
     ``settings.agent``, yielded as each engine call returns. An agent that runs the visible tests
     while sampling runs them in ``sandbox``."""
+    from gagar.policy.rollout import agent_for
     from gagar.policy.rollout import rollout as sample
     from gagar.policy.visible_tests import VisibleTests
 
-    agent = settings.agent
-    if agent.kind.needs_sandbox and sandbox is None:
-        raise ValueError(f"the {agent.kind.value} agent runs the visible tests: it needs a sandbox backend")
-    run_tests = VisibleTests(sandbox, agent.max_tool_chars) if agent.kind.needs_sandbox else None
+    agent = agent_for(settings.agent)
+    if agent.needs_sandbox and sandbox is None:
+        raise ValueError(f"the {settings.agent.kind.value} agent runs the visible tests: it needs a sandbox")
+    run_tests = VisibleTests(sandbox, settings.agent.max_tool_chars) if agent.needs_sandbox else None
     chosen = (
         list(tasks)
         if every_task
@@ -168,11 +169,11 @@ def rollout_stream(
         gen_batch=gen_batch,
         # a conversation agent advances every conversation of the batch one turn per engine call
         tasks_per_call=None
-        if agent.kind.samples_conversations
+        if agent.samples_conversations
         else tasks_per_call(generator, settings.group_size),
         policy_version=policy_version,
         progress=progress,
-        agent=agent,
+        agent=settings.agent,
         run_tests=run_tests,
     )
 
@@ -303,7 +304,9 @@ def generate(
         step=inputs.step, gen_batch=gen_batch, policy_version=inputs.policy_version,
         sandbox=inputs.sandbox, progress=progress,
     )  # fmt: skip
-    if config.rollout.agent.kind.overlaps_evaluation:
+    from gagar.policy.rollout import agent_for
+
+    if agent_for(config.rollout.agent).overlaps_evaluation:
         return evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
     with _timed(timings, "perf/rollout_s"):
         generated = list(trajectories)

@@ -48,13 +48,13 @@ def rollout_stage(
     """Sample ``settings.group_size`` answers for each of ``settings.gen_batch_groups`` tasks drawn
     for ``step`` (every task, in file order, with ``every_task``) and write them as trajectories; an
     agent that runs the visible tests runs them in the ``sandbox`` backend."""
-    from gagar.policy.rollout import make_backend
+    from gagar.policy.rollout import agent_for, make_backend
     from gagar.sandbox.runner import BackendName
     from gagar.sandbox.runner import make_backend as make_sandbox
     from gagar.tasks.loaders import load_tasks
 
     generator, tokenizer = make_backend(str(policy), backend, endpoint=endpoint, model_name=model_name)
-    runs_tests = settings.agent.kind.needs_sandbox
+    runs_tests = agent_for(settings.agent).needs_sandbox
     trajectories = rl_step.rollout(
         settings, generator, tokenizer, load_tasks(tasks), seed=seed, step=step, gen_batch=0,
         policy_version=model_name or str(policy), every_task=every_task, progress=progress,

@@ -156,7 +156,7 @@ def rollout(
     """Generation batch ``gen_batch`` of ``step`` sampled from ``policy`` into ``trajectories``
     (:func:`gagar.rl_step.rollout`). With the warm policy server (``rollout.backend`` server) the
     server is first made to serve the step's version and nothing else, and every trajectory records it."""
-    from gagar.policy.rollout import make_backend
+    from gagar.policy.rollout import agent_for, make_backend
     from gagar.sandbox.runner import make_backend as make_sandbox
     from gagar.tasks.loaders import load_tasks
     from gagar.train.config import RolloutBackend
@@ -176,7 +176,7 @@ def rollout(
             )  # fmt: skip
         log.info("policy server %s serves %s", c.endpoint, version)
         backend = RolloutBackend.OPENAI.value
-    needs_sandbox = c.agent.kind.needs_sandbox
+    needs_sandbox = agent_for(c.agent).needs_sandbox
     sandbox = make_sandbox(config.sandbox.backend, config.sandbox.workers) if needs_sandbox else None
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = store.fetch_policy(policy, Path(tmp) / "policy")

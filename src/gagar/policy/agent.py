@@ -28,22 +28,6 @@ class AgentKind(StrEnum):
     TOOL_LOOP = "tool-loop"
     """A multi-turn conversation over tools, ending on SUBMIT."""
 
-    @property
-    def samples_conversations(self) -> bool:
-        """Each trajectory is a conversation of turns (tool output between them is masked), not one answer."""
-        return self is AgentKind.TOOL_LOOP
-
-    @property
-    def needs_sandbox(self) -> bool:
-        """Runs the repository's visible tests in the sandbox while it samples."""
-        return self is AgentKind.TOOL_LOOP
-
-    @property
-    def overlaps_evaluation(self) -> bool:
-        """The judge may evaluate one engine call's answers while the next is sampled (an agent that
-        uses the sandbox while sampling is evaluated after it, not beside it)."""
-        return not self.needs_sandbox
-
 
 class AgentSettings(BaseModel):
     """The agent and its per-trajectory budgets (the budgets apply to ``tool-loop`` only)."""

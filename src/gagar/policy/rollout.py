@@ -10,8 +10,10 @@ all conversations of a call advancing one turn per engine call.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
@@ -23,7 +25,21 @@ from gagar.policy.tool_loop import TestRunner, run_tool_loops
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
-__all__ = ["group_id_of", "make_backend", "rollout", "to_trajectory"]
+if TYPE_CHECKING:
+    from gagar.policy.demos import DemoAnswer, Demonstration
+    from gagar.policy.sft import SFTConfig
+
+__all__ = [
+    "Agent",
+    "SampleContext",
+    "SingleShotAgent",
+    "ToolLoopAgent",
+    "agent_for",
+    "group_id_of",
+    "make_backend",
+    "rollout",
+    "to_trajectory",
+]
 
 
 def make_backend(
@@ -104,6 +120,177 @@ def to_trajectory(
     )
 
 
+class SampleContext:
+    """What an agent needs besides its tasks to sample one engine call's worth of groups."""
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        tokenizer: PreTrainedTokenizerBase,
+        group_size: int,
+        step: int,
+        gen_batch: int,
+        policy_version: str | None,
+        max_prompt_tokens: int,
+        run_tests: TestRunner | None,
+    ) -> None:
+        self.backend, self.tokenizer, self.group_size = backend, tokenizer, group_size
+        self.step, self.gen_batch, self.policy_version = step, gen_batch, policy_version
+        self.max_prompt_tokens, self.run_tests = max_prompt_tokens, run_tests
+
+
+class Agent(Protocol):
+    """How the policy answers a task: what it samples, whether it needs the sandbox while sampling,
+    and whether evaluation may overlap its generation. :func:`agent_for` gives the one
+    :class:`~gagar.policy.agent.AgentSettings` names; every sampling path (the step's rollout, SFT's
+    evaluation, ``gagar policy eval``) goes through it."""
+
+    settings: AgentSettings
+    samples_conversations: bool
+    """Each trajectory is a conversation of turns (tool output between them masked), not one answer."""
+    needs_sandbox: bool
+    """Runs the repository's visible tests in the sandbox while it samples."""
+
+    @property
+    def overlaps_evaluation(self) -> bool:
+        """The judge may evaluate one engine call's answers while the next is sampled."""
+        ...
+
+    def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:
+        """``ctx.group_size`` trajectories per task, task by task, from one engine call's worth of work."""
+        ...
+
+    def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
+        """The longest sequence a policy for this agent must take (prompt and answer, or a conversation)."""
+        ...
+
+    def vocabulary(self) -> tuple[str, ...]:
+        """Text of the agent's own format a tokenizer trained from scratch must know beside the tasks'."""
+        ...
+
+    def demonstrations(
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+    ) -> tuple[list[Demonstration], Counter[str]]:
+        """SFT demonstrations in the agent's format from the tasks' answers, and their counts."""
+        ...
+
+
+class SingleShotAgent:
+    """One SEARCH/REPLACE answer to a compact prompt (:mod:`gagar.policy.agent_format`)."""
+
+    samples_conversations = False
+    needs_sandbox = False
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+
+    @property
+    def overlaps_evaluation(self) -> bool:
+        return not self.needs_sandbox
+
+    def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
+        return max_prompt_tokens + max_answer_tokens
+
+    def vocabulary(self) -> tuple[str, ...]:
+        return ()
+
+    def demonstrations(
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+    ) -> tuple[list[Demonstration], Counter[str]]:
+        from gagar.policy.demos import tokenize_demos
+
+        demos, dropped = tokenize_demos(
+            answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens
+        )
+        return demos, Counter({"dropped_too_long": dropped})
+
+    def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:
+        prompts = [build_prompt(t, ctx.tokenizer, ctx.max_prompt_tokens) for t in tasks]
+        groups = ctx.backend.generate([ids for _, ids in prompts], params, ctx.group_size)
+        return [
+            to_trajectory(
+                task,
+                messages,
+                ids,
+                sample,
+                ctx.tokenizer,
+                member,
+                ctx.step,
+                params,
+                ctx.policy_version,
+                ctx.gen_batch,
+            )
+            for task, (messages, ids), samples in zip(tasks, prompts, groups, strict=True)
+            for member, sample in enumerate(samples)
+        ]
+
+
+class ToolLoopAgent:
+    """A conversation of VIEW, SEARCH, EDIT, RUN_TESTS and SUBMIT turns (:mod:`gagar.policy.tool_loop`),
+    every conversation of a call advancing one turn per engine call."""
+
+    samples_conversations = True
+    needs_sandbox = True
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+
+    @property
+    def overlaps_evaluation(self) -> bool:
+        return not self.needs_sandbox
+
+    def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
+        return max(max_prompt_tokens + max_answer_tokens, self.settings.max_tokens)
+
+    def vocabulary(self) -> tuple[str, ...]:
+        from gagar.policy.agent import COMMANDS
+        from gagar.policy.tool_loop import SYSTEM_PROMPT
+
+        return (SYSTEM_PROMPT, " ".join(COMMANDS), "edit applied passed failed submitted")
+
+    def demonstrations(
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+    ) -> tuple[list[Demonstration], Counter[str]]:
+        from gagar.policy.tool_demos import tool_loop_demos
+
+        return tool_loop_demos(
+            answers, tokenizer, self.settings, config.correction_share, config.noise_kinds, config.seed
+        )
+
+    def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:
+        jobs = [
+            (
+                task,
+                f"{group_id_of(task, ctx.step, ctx.gen_batch)}/{member}",
+                group_id_of(task, ctx.step, ctx.gen_batch),
+            )
+            for task in tasks
+            for member in range(ctx.group_size)
+        ]
+        return run_tool_loops(
+            jobs,
+            ctx.backend,
+            ctx.tokenizer,
+            params,
+            self.settings,
+            ctx.run_tests,
+            ctx.step,
+            ctx.policy_version,
+        )
+
+
+_AGENTS: dict[AgentKind, type[SingleShotAgent] | type[ToolLoopAgent]] = {
+    AgentKind.SINGLE: SingleShotAgent,
+    AgentKind.TOOL_LOOP: ToolLoopAgent,
+}
+
+
+def agent_for(settings: AgentSettings | None = None) -> Agent:
+    """The agent ``settings`` name (default: single-shot)."""
+    chosen = settings or AgentSettings()
+    return _AGENTS[chosen.kind](chosen)
+
+
 def rollout(
     tasks: Sequence[Task],
     backend: GenerationBackend,
@@ -134,33 +321,24 @@ def rollout(
     """
     if group_size < 1:
         raise ValueError(f"group_size must be at least 1, got {group_size}")
-    agent = agent or AgentSettings()
+    chosen = agent_for(agent)
+    ctx = SampleContext(
+        backend, tokenizer, group_size, step, gen_batch, policy_version, max_prompt_tokens, run_tests
+    )
     bar = tqdm(total=len(tasks) * group_size, desc="rollout", unit="traj", disable=not progress)
     per_call = tasks_per_call or max(len(tasks), 1)
     for call, start in enumerate(range(0, len(tasks), per_call)):
-        chunk = tasks[start : start + per_call]
         call_params = (
             params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
         )
-        if agent.kind is AgentKind.TOOL_LOOP:
-            jobs = [
-                (task, f"{group_id_of(task, step, gen_batch)}/{member}", group_id_of(task, step, gen_batch))
-                for task in chunk
-                for member in range(group_size)
-            ]
-            conversations = run_tool_loops(
-                jobs, backend, tokenizer, call_params, agent, run_tests, step, policy_version
+        sampled = chosen.sample(tasks[start : start + per_call], call_params, ctx)
+        for (
+            trajectory
+        ) in sampled:  # every trajectory records the run's sampling settings, not the call's seed
+            yield (
+                trajectory
+                if trajectory.sampling == params
+                else trajectory.model_copy(update={"sampling": params})
             )
-            for trajectory in conversations:
-                yield trajectory.model_copy(update={"sampling": params})
-            bar.update(len(conversations))
-            continue
-        prompts = [build_prompt(t, tokenizer, max_prompt_tokens) for t in chunk]
-        groups = backend.generate([ids for _, ids in prompts], call_params, group_size)
-        for task, (messages, ids), samples in zip(chunk, prompts, groups, strict=True):
-            for member, sample in enumerate(samples):
-                yield to_trajectory(
-                    task, messages, ids, sample, tokenizer, member, step, params, policy_version, gen_batch
-                )
-            bar.update(len(samples))
+        bar.update(len(sampled))
     bar.close()

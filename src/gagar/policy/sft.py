@@ -35,12 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from gagar.policy.agent import COMMANDS, AgentKind, AgentSettings
-from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers, tokenize_demos
+from gagar.policy.agent import AgentSettings
+from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
+from gagar.policy.rollout import agent_for
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.tool_demos import tool_loop_demos
-from gagar.policy.tool_loop import SYSTEM_PROMPT
 from gagar.records import atomic_write_text
 from gagar.schema.task import Task
 from gagar.train.lora import LoraSettings
@@ -150,10 +149,7 @@ class SFTConfig(BaseModel):
             self.num_heads,
             self.num_kv_heads,
             self.intermediate_size,
-            max(
-                self.max_prompt_tokens + self.max_answer_tokens,
-                self.agent.max_tokens if self.agent.kind is AgentKind.TOOL_LOOP else 0,
-            ),
+            agent_for(self.agent).context_tokens(self.max_prompt_tokens, self.max_answer_tokens),
         )
 
 
@@ -337,21 +333,13 @@ def _prepare(
             corpus = [
                 t for a in answers for t in (*a.task.snapshot.values(), a.task.problem_statement, a.answer)
             ]
-            if config.agent.kind is AgentKind.TOOL_LOOP:
-                corpus += [SYSTEM_PROMPT, " ".join(COMMANDS), "edit applied passed failed submitted"]
+            corpus += agent_for(config.agent).vocabulary()
             tokenizer = train_tokenizer(corpus, config.vocab_size)
             tokenizer.save_pretrained(out)
         model = build_model(tokenizer, config.model_size, config.seed)
-    if config.agent.kind is AgentKind.TOOL_LOOP:
-        demos, loop_counts = tool_loop_demos(
-            answers, tokenizer, config.agent, config.correction_share, config.noise_kinds, config.seed
-        )
-        dropped = loop_counts.pop("dropped_too_long", 0)
-        counts = counts + loop_counts
-    else:
-        demos, dropped = tokenize_demos(
-            answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens
-        )
+    demos, agent_counts = agent_for(config.agent).demonstrations(answers, tokenizer, config)
+    dropped = agent_counts.pop("dropped_too_long", 0)
+    counts.update(agent_counts)
     if not demos:
         raise ValueError(f"every demonstration exceeds the token budgets ({dropped} dropped)")
     return model, tokenizer, demos, {**counts, "dropped_too_long": dropped}
