@@ -100,7 +100,7 @@ def grade_stage(
     endpoint: str | None = None,
     model: str | None = None,
     api: str = "chat",
-    max_turns: int = 8,
+    max_turns: int | None = None,
     timeout_s: float = 300.0,
     position_guard: float | None = None,
     repos_dir: PathLike | None = None,
