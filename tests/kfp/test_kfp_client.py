@@ -32,15 +32,23 @@ def test_other_crons_are_refused(cron: str, message: str) -> None:
 
 
 def test_params_parse_and_refuse_malformed_items() -> None:
-    assert parse_params(["group_size=8", "tasks=s3://b/t.jsonl", "empty="]) == {
-        "group_size": "8",
+    given = ["rollout_group_size=8", "tasks=s3://b/t.jsonl", "rollout_endpoint=", "lora_enabled=true"]
+    assert parse_params(given) == {  # typed by their parameter
+        "rollout_group_size": 8,
         "tasks": "s3://b/t.jsonl",
-        "empty": "",
+        "rollout_endpoint": "",
+        "lora_enabled": True,
     }
     with pytest.raises(ValueError, match="use name=value"):
-        parse_params(["group_size"])
+        parse_params(["rollout_group_size"])
     with pytest.raises(ValueError, match="given twice"):
-        parse_params(["a=1", "a=2"])
+        parse_params(["seed=1", "seed=2"])
+    with pytest.raises(
+        ValueError, match="unknown pipeline parameter 'group_size'; did you mean rollout_group_size"
+    ):
+        parse_params(["group_size=8"])
+    with pytest.raises(ValueError, match="parameter rollout_group_size: expected a whole number"):
+        parse_params(["rollout_group_size=many"])
 
 
 def test_schedule_builds_the_recurring_run_request() -> None:
@@ -74,15 +82,12 @@ def test_schedule_builds_the_recurring_run_request() -> None:
 
 
 def test_schedule_cli_refuses_a_five_field_cron_before_connecting() -> None:
-    import typer
+    from gagar.cli import app
 
-    from gagar.cli.run import schedule
-
-    app = typer.Typer()
-    app.command()(schedule)
     result = CliRunner().invoke(
         app,
         [
+            "schedule",
             "--host",
             "http://127.0.0.1:9",
             "--pipeline",
@@ -95,11 +100,13 @@ def test_schedule_cli_refuses_a_five_field_cron_before_connecting() -> None:
             "0 2 * * *",
             "--no-catchup",
             "--param",
-            "group_size=8",
+            "rollout_group_size=8",
         ],
+        prog_name="gagar",
     )
-    assert result.exit_code != 0
+    assert result.exit_code == 2  # a one-line user error, not a connection attempt to the dead host
     assert "KFP needs 6" in result.output
+    assert "cannot reach" not in result.output
 
 
 def test_connect_reads_the_service_account_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

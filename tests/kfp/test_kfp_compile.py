@@ -14,19 +14,10 @@ from gagar import __version__
 from gagar.cli.pipeline import app
 from gagar.pipeline.build import build_pipeline, compile_pipeline, executor_images
 from gagar.pipeline.images import STAGES, stage_image
+from gagar.pipeline.parameters import PARAMETERS
 from gagar.pipeline.platform import PlatformOptions
 
-RL_PARAMETERS = {
-    "model",
-    "tasks",
-    "storage",
-    "group_size",
-    "train_batch_groups",
-    "gen_batch_groups",
-    "algo",
-    "grader",
-    "pushgateway",
-}
+RL_PARAMETERS = {p.name for p in PARAMETERS}
 
 
 def documents(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -52,10 +43,18 @@ def test_rl_names_five_distinct_stage_images(rl_two_steps: Path) -> None:
 def test_rl_loads_back_with_kfp_and_keeps_its_parameters(rl_two_steps: Path) -> None:
     loaded = components.load_component_from_file(str(rl_two_steps))
     assert loaded.name == "gagar-rl"
-    assert set(loaded.component_spec.inputs) >= RL_PARAMETERS
+    assert set(loaded.component_spec.inputs) == RL_PARAMETERS
+    assert {
+        "policy",
+        "tasks",
+        "storage",
+        "rollout_group_size",
+        "advantage_algo",
+        "grader_kind",
+    } <= RL_PARAMETERS
     spec, _ = documents(rl_two_steps)
     defaults = spec["root"]["inputDefinitions"]["parameters"]
-    assert defaults["algo"]["defaultValue"] == "gagar"
+    assert defaults["advantage_algo"]["defaultValue"] == "gagar"
     assert "defaultValue" not in defaults["storage"]  # the store has no default: every run names one
 
 
@@ -114,9 +113,8 @@ def test_registry_tag_and_cpu_only_options(tmp_path: Path) -> None:
 def test_grader_sft_and_evaluation_compile(tmp_path: Path, name: str, stages: int) -> None:
     path = compile_pipeline(name, tmp_path / f"{name}.yaml")
     assert len(set(executor_images(path).values())) == stages
-    assert {"model", "tasks", "storage"} <= set(
-        components.load_component_from_file(str(path)).component_spec.inputs
-    )
+    inputs = set(components.load_component_from_file(str(path)).component_spec.inputs)
+    assert inputs >= RL_PARAMETERS  # the run's settings, as the RL pipeline takes them
 
 
 def test_bad_requests_are_refused() -> None:
