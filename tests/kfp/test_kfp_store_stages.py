@@ -10,14 +10,16 @@ import pytest
 
 from fixtures.records import one_generation_batch
 from gagar import rl_step
-from gagar.advantage import AdvantageConfig, Estimator
+from gagar.advantage import Estimator
 from gagar.pipeline import store_stages
-from gagar.pipeline.graph import PARAMETERS, stage
+from gagar.pipeline.graph import SETTINGS, stage
+from gagar.pipeline.parameters import parameters_from_config
 from gagar.pipeline.report import credit_table, merge_metrics, step_summary
 from gagar.pipeline.store_stages import RL_STAGES
 from gagar.records import read_records, write_records
 from gagar.schema import Grade, TestResult, Trajectory
 from gagar.schema.batch import BatchEntry
+from gagar.train.config import TrainConfig
 
 
 class Sink:
@@ -61,12 +63,13 @@ def _call_stage(
     root: Path,
     produced: dict[tuple[str, str], Path],
     given: dict[str, Any],
-    parameters: dict[str, Any],
-) -> dict[str, float]:
-    """Call stage ``name`` as both targets call it (the graph's names): inputs from earlier stages'
-    outputs (``produced``), else from ``given``; its output files under ``root/name``."""
+    settings: dict[str, Any],
+) -> Any:
+    """Call stage ``name`` as both targets call it (the graph's names): the pipeline's parameters as
+    its ``settings``, inputs from earlier stages' outputs (``produced``), else from ``given``; its
+    output files under ``root/name``."""
     spec = stage(name)
-    arguments: dict[str, Any] = {arg: parameters[p] for arg, p in spec.parameters}
+    arguments: dict[str, Any] = {SETTINGS: settings}
     for arg, source, output in spec.inputs:
         found = produced.get((source, output))
         arguments[arg] = str(found) if found is not None else given.get(arg, str(given.get(output)))
@@ -79,12 +82,14 @@ def _call_stage(
     return RL_STAGES[name](**arguments)
 
 
-@pytest.mark.parametrize("algo", ["gagar", "grpo"])
+@pytest.mark.parametrize("algo", list(Estimator), ids=lambda a: a.value)
 def test_a_pipeline_step_selects_in_select_and_trains_on_what_it_graded(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: Estimator
 ) -> None:
     """Gather, select, grade and redistribute, called as both targets call them: grade and
-    redistribute run no dynamic sampling of their own, and the batch is the in-process step's."""
+    redistribute run no dynamic sampling of their own, every estimator that uses a grader is graded
+    (gagar-tiered and gagar-no-restore too) with the run's every advantage setting, and the batch is
+    the in-process step's."""
     given: dict[str, Any] = {**one_generation_batch(tmp_path), "step": 0, "gen_batch": 0}
     given |= {
         "rollout_metrics": {"rollout/trajectories": 6.0},
@@ -92,37 +97,44 @@ def test_a_pipeline_step_selects_in_select_and_trains_on_what_it_graded(
     }
     produced: dict[tuple[str, str], Path] = {}
     metrics: dict[str, dict[str, float]] = {}
-    parameters = {p.name: p.default for p in PARAMETERS}
-    parameters |= {"algo": algo, "train_batch_groups": 2, "storage": str(tmp_path / "store")}
-    gathered = _call_stage("gather", tmp_path, produced, given, parameters)
+    config = TrainConfig.from_values(
+        {
+            "tasks": str(given["tasks"]),
+            "policy": "policy",
+            "rollout": {"train_batch_groups": 2},
+            # tier constants of the user's: they reach the pipeline's estimator (default: none moves)
+            "advantage": {"algo": algo.value, "tiers": {"tier2_top": 0.6, "tier2_bottom": 0.3}},
+        }
+    )
+    settings = {**parameters_from_config(config), "storage": str(tmp_path / "store")}
+    gathered = _call_stage("gather", tmp_path, produced, given, settings)
     assert gathered.short  # one mixed group of the two wanted
-    metrics["select"] = _call_stage("select", tmp_path, produced, given, parameters)
+    metrics["select"] = _call_stage("select", tmp_path, produced, given, settings)
     calls = _counting_select(monkeypatch)
     for name in ("grade", "redistribute"):
-        metrics[name] = _call_stage(name, tmp_path, produced, given, parameters)
+        metrics[name] = _call_stage(name, tmp_path, produced, given, settings)
     assert not calls
 
     selection = rl_step.select(
         [rl_step.generation_batch(read_records(given["trajectories"], Trajectory),
                                   read_records(given["results"], TestResult))],
-        train_batch_groups=2,
-        max_gen_batches=1,
+        config.rollout,
     )  # fmt: skip
-    grades = read_records(produced[("grade", "grades")], Grade) if algo == "gagar" else None
-    expected, expected_metrics = rl_step.advantages(
-        selection.kept_batch, grades, algo=Estimator(algo), config=AdvantageConfig()
-    )
+    grades = read_records(produced[("grade", "grades")], Grade) if algo.uses_grader else None
+    expected, expected_metrics = rl_step.advantages(config.advantage, selection.kept_batch, grades)
     assert read_records(produced[("redistribute", "batch")], BatchEntry) == expected
     assert {k: v for k, v in metrics["redistribute"].items() if not k.startswith("perf/")} == {
         **selection.metrics,
         **expected_metrics,
     }
     assert {k: v for k, v in metrics["select"].items() if k.startswith("sampling/")} == selection.metrics
-    if algo == "gagar":
+    if algo.uses_grader:
         assert metrics["grade"]["grader/groups"] == 1.0  # the mixed group only
+        assert [g.group_id for g in grades or []] == ["a"]  # graded, not skipped as plain GRPO
     else:
-        assert metrics["grade"] == {"grader/skipped": 1.0, "perf/grade_s": 0.0}
+        assert set(metrics["grade"]) == {"perf/grade_s"}  # no grader ran
         assert produced[("grade", "grades")].read_text() == ""
+        assert metrics["redistribute"]["credit/moved_ratio"] == 0.0
 
 
 def test_step_summary_leads_with_the_headline_numbers() -> None:
