@@ -102,7 +102,6 @@ def test_a_pipeline_step_selects_in_select_and_trains_on_what_it_graded(
             "tasks": str(given["tasks"]),
             "policy": "policy",
             "rollout": {"train_batch_groups": 2},
-            # tier constants of the user's: they reach the pipeline's estimator (default: none moves)
             "advantage": {"algo": algo.value, "tiers": {"tier2_top": 0.6, "tier2_bottom": 0.3}},
         }
     )
@@ -135,6 +134,34 @@ def test_a_pipeline_step_selects_in_select_and_trains_on_what_it_graded(
         assert set(metrics["grade"]) == {"perf/grade_s"}  # no grader ran
         assert produced[("grade", "grades")].read_text() == ""
         assert metrics["redistribute"]["credit/moved_ratio"] == 0.0
+
+
+def test_the_redistribute_stage_takes_the_users_tier_constants(tmp_path: Path) -> None:
+    """gagar-tiered in the pipeline weighs ranks with the run's tier constants, not the defaults."""
+    paths = one_generation_batch(tmp_path)  # its grade ranks a/1 above a/0: tier 1 and tier 2
+    selection = rl_step.select(
+        [rl_step.generation_batch(read_records(paths["trajectories"], Trajectory),
+                                  read_records(paths["results"], TestResult))],
+        TrainConfig.from_values({"tasks": "t", "policy": "p"}).rollout,
+    )  # fmt: skip
+    write_records(tmp_path / "selection.jsonl", [selection.kept_batch])
+    advantages = []
+    for tiers in ({}, {"tier2_top": 0.5, "tier2_bottom": 0.3}):
+        config = TrainConfig.from_values(
+            {"tasks": "t", "policy": "p", "advantage": {"algo": "gagar-tiered", "tiers": tiers}}
+        )
+        batch = tmp_path / f"batch-{len(advantages)}.jsonl"
+        store_stages.redistribute(
+            settings={**parameters_from_config(config), "storage": str(tmp_path / "store")},
+            selection=str(tmp_path / "selection.jsonl"), grades=str(paths["grades"]), batch=str(batch),
+            credit=str(tmp_path / "credit.md"),
+        )  # fmt: skip
+        expected, _ = rl_step.advantages(
+            config.advantage, selection.kept_batch, read_records(paths["grades"], Grade)
+        )
+        assert read_records(batch, BatchEntry) == expected
+        advantages.append([e.advantage for e in expected])
+    assert advantages[0] != pytest.approx(advantages[1])
 
 
 def test_step_summary_leads_with_the_headline_numbers() -> None:
