@@ -15,13 +15,16 @@ from hypothesis import strategies as st
 
 from gagar import rl_step
 from gagar.pipeline import store_stages
+from gagar.pipeline.parameters import parameters_from_config
 from gagar.records import read_records, write_records
 from gagar.schema import KeptBatch, Status, TestResult, Trajectory
+from gagar.schema.selection import GeneratedBatch
+from gagar.train.config import RolloutSettings, TrainConfig
 
 OUTCOMES = st.sampled_from(["pass", "fail", "infra"])
 
 
-def _batch(b: int, groups: list[list[str]]) -> rl_step.GeneratedBatch:
+def _batch(b: int, groups: list[list[str]]) -> GeneratedBatch:
     trajectories, results = [], []
     for g, members in enumerate(groups):
         for m, outcome in enumerate(members):
@@ -31,33 +34,36 @@ def _batch(b: int, groups: list[list[str]]) -> rl_step.GeneratedBatch:
             results.append(
                 TestResult(trajectory_id=tid, instance_id=f"t{g}", status=status, resolved=outcome == "pass")
             )
-    return rl_step.GeneratedBatch(trajectories, results)
+    return GeneratedBatch(trajectories, results)
 
 
 def run_pipeline_selection(
-    root: Path, batches: list[rl_step.GeneratedBatch], train_batch_groups: int, max_gen_batches: int
+    root: Path, batches: list[GeneratedBatch], train_batch_groups: int, max_gen_batches: int
 ) -> tuple[int, KeptBatch, dict[str, float]]:
     """What the pipeline's gather and select stages do with ``batches`` (batch b+1 drawn only while
     gather says short): (batches drawn, the selection, select's metrics)."""
     storage = str(root / "store")
+    rollout = {"train_batch_groups": train_batch_groups, "max_gen_batches": max_gen_batches}
+    config = TrainConfig.from_values({"tasks": "tasks.jsonl", "policy": "policy", "rollout": rollout})
+    settings = {**parameters_from_config(config), "storage": storage}
     drawn = 0
     for b in range(max_gen_batches):
         paths = {name: root / f"{name}-{b}.jsonl" for name in ("trajectories", "results")}
         write_records(paths["trajectories"], batches[b].trajectories)
         write_records(paths["results"], batches[b].results)
         outcome = store_stages.gather(
-            storage=storage, step=0, gen_batch=b, trajectories=str(paths["trajectories"]),
+            settings=settings, step=0, gen_batch=b, trajectories=str(paths["trajectories"]),
             results=str(paths["results"]), rollout_metrics={}, sandbox_metrics={},
-            train_batch_groups=train_batch_groups,
         )  # fmt: skip
         drawn += 1
+        if b == max_gen_batches - 1:
+            assert not outcome.short  # no batch is asked for beyond what the run allows
         if not outcome.short:
             break
     out = {name: root / f"selected-{name}.jsonl" for name in ("trajectories", "results", "selection")}
     metrics = store_stages.select(
-        storage=storage, step=0, train_batch_groups=train_batch_groups,
-        **{name: str(path) for name, path in out.items()},
-    )  # fmt: skip
+        settings=settings, step=0, **{name: str(path) for name, path in out.items()}
+    )
     (kept,) = read_records(out["selection"], KeptBatch)
     assert len(read_records(out["trajectories"], Trajectory)) == int(
         metrics["sampling/trajectories_generated"]
@@ -89,7 +95,7 @@ def test_pipeline_refill_counts_equal_in_process_selection(
             yield batch
 
     expected = rl_step.select(
-        lazily(), train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches
+        lazily(), RolloutSettings(train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches)
     )
     assert drawn == len(consumed) == int(expected.metrics["sampling/gen_batches"])
     assert kept == expected.kept_batch
