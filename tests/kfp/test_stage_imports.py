@@ -8,10 +8,13 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fixtures.records import one_generation_batch
+from gagar.pipeline.parameters import parameters_from_config
+from gagar.train.config import TrainConfig
 
 HEAVY = ("torch", "transformers", "peft", "matplotlib")
 
@@ -22,38 +25,36 @@ SCRIPT = textwrap.dedent(
     from pathlib import Path
 
     args = json.loads(sys.argv[1])
-    root, given = Path(args["root"]), args["given"]
-    store = str(root / "store")
-    module = __import__(f"gagar.pipeline.components.{args['stage']}.component", fromlist=["_"])
+    root, given, settings = Path(args["root"]), args["given"], args["settings"]
+    module = __import__(f"gagar.components.{args['stage']}.component", fromlist=["_"])
     from gagar.pipeline import store_stages
 
     def select():
         store_stages.gather(
-            storage=store, step=0, gen_batch=0, trajectories=given["trajectories"],
-            results=given["results"], rollout_metrics={}, sandbox_metrics={}, train_batch_groups=1,
+            settings=settings, step=0, gen_batch=0, trajectories=given["trajectories"],
+            results=given["results"], rollout_metrics={}, sandbox_metrics={},
         )
         store_stages.select(
-            storage=store, step=0, train_batch_groups=1, trajectories=str(root / "kept.jsonl"),
+            settings=settings, step=0, trajectories=str(root / "kept.jsonl"),
             results=str(root / "kept-results.jsonl"), selection=str(root / "selection.jsonl"),
         )
 
     stage = args["stage"]
     if stage == "prepare":
-        store_stages.prepare(storage=store, model=str(root), tasks_uri=given["tasks"],
-                             tasks=str(root / "copied.jsonl"))
+        store_stages.prepare(settings=settings, tasks=str(root / "copied.jsonl"))
     elif stage == "sandbox":
-        store_stages.sandbox(tasks=given["tasks"], trajectories=given["trajectories"],
-                             results=str(root / "results-out.jsonl"), backend="local", workers=1)
+        store_stages.sandbox(settings=settings, tasks=given["tasks"], trajectories=given["trajectories"],
+                             results=str(root / "results-out.jsonl"))
     elif stage in ("gather", "select"):
         select()
     elif stage in ("grade", "redistribute"):
         select()
         store_stages.grade(
-            algo="gagar", tasks=given["tasks"], trajectories=str(root / "kept.jsonl"),
+            settings=settings, tasks=given["tasks"], trajectories=str(root / "kept.jsonl"),
             results=str(root / "kept-results.jsonl"), selection=str(root / "selection.jsonl"),
-            grades=str(root / "grades-out.jsonl"), grader="heuristic", grader_model="", endpoint="",
+            grades=str(root / "grades-out.jsonl"),
         )
-        store_stages.redistribute(selection=str(root / "selection.jsonl"),
+        store_stages.redistribute(settings=settings, selection=str(root / "selection.jsonl"),
                                   grades=str(root / "grades-out.jsonl"), batch=str(root / "batch.jsonl"),
                                   credit=str(root / "credit.md"))
     elif stage == "rollout":
@@ -63,9 +64,30 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _settings(root: Path, given: dict[str, Path]) -> dict[str, Any]:
+    """The pipeline's parameters of a run on ``given``'s tasks: gagar with the heuristic grader,
+    one mixed group a batch, one sandbox worker, the store under ``root``."""
+    config = TrainConfig.from_values(
+        {
+            "tasks": str(given["tasks"]),
+            "policy": str(root),
+            "rollout": {"train_batch_groups": 1},
+            "sandbox": {"backend": "local", "workers": 1},
+            "grader": {"kind": "heuristic"},
+            "advantage": {"algo": "gagar"},
+        }
+    )
+    return {**parameters_from_config(config), "storage": str(root / "store")}
+
+
 def _imported(stage: str, root: Path, given: dict[str, Path]) -> set[str]:
     arguments = json.dumps(
-        {"stage": stage, "root": str(root), "given": {k: str(v) for k, v in given.items()}}
+        {
+            "stage": stage,
+            "root": str(root),
+            "given": {k: str(v) for k, v in given.items()},
+            "settings": _settings(root, given),
+        }
     )
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, arguments],
