@@ -327,35 +327,42 @@ def write_judge_dir(judge_dir: Path, plugin_source: str, monitor_source: str) ->
 class ReportPipe:
     """The judge's end of the report: a pipe drained by a thread into memory (at most ``max_bytes`` kept).
 
-    The test process gets only the write end: it can add lines, never read back what was written."""
+    The test process gets only the write end: it can add lines, never read back what was written.
+    Each end is closed exactly once (a descriptor number closed twice could be another evaluation's
+    by then): the write end by :meth:`collect` or :meth:`close`, the read end by the thread."""
 
     def __init__(self, max_bytes: int) -> None:
         self._read, self.write_fd = os.pipe()
         self._max = max_bytes
         self._data = bytearray()
-        self.overflow = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._drain, daemon=True)
         self._thread.start()
 
     def _drain(self) -> None:
-        while chunk := os.read(self._read, 1 << 16):
-            if len(self._data) <= self._max:
-                self._data += chunk
-            else:
-                self.overflow = True
+        try:
+            while chunk := os.read(self._read, 1 << 16):
+                if len(self._data) <= self._max:
+                    self._data += chunk
+        finally:
+            os.close(self._read)
+
+    def _close_writer(self) -> None:
+        with self._lock:
+            fd, self.write_fd = self.write_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def collect(self, timeout_s: float = 10.0) -> IO[bytes]:
-        """Close the judge's write end and return everything written (once every writer is gone)."""
-        with contextlib.suppress(OSError):
-            os.close(self.write_fd)
+        """Close the judge's write end and return everything written (once every writer is gone, or
+        after ``timeout_s``: a process the run left behind may still hold the write end)."""
+        self._close_writer()
         self._thread.join(timeout_s)
         return io.BytesIO(bytes(self._data))
 
     def close(self) -> None:
-        """Close both ends (after :meth:`collect`)."""
-        for fd in (self.write_fd, self._read):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Close the judge's write end if :meth:`collect` did not (the thread closes the read end)."""
+        self._close_writer()
 
 
 class Channels(NamedTuple):
