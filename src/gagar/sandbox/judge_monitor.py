@@ -79,11 +79,16 @@ _BENIGN_FRAMES = frozenset(
         "warnings.py",
         "abc.py",
         "unittest/case.py",
+        "asyncio/",
     }
 )
-"""Standard-library modules that read a frame or a traceback for their own purposes."""
-_BENIGN_EXEC = frozenset({"collections/__init__.py", "dataclasses.py", "typing.py", "functools.py"})
-"""Standard-library modules that exec code they generated themselves."""
+"""Standard-library modules (a folder: every module in it) that read a frame or a traceback for
+their own purposes."""
+_BENIGN_EXEC = frozenset(
+    {"collections/__init__.py", "dataclasses.py", "typing.py", "functools.py", "types.py"}
+)
+"""Standard-library modules that exec or rebuild code they generated themselves (``types.coroutine``
+rebuilds a generator's code object with new flags)."""
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _MODULE_SUFFIXES = (".py", ".pyw")
 _PROC = ("/proc/self/fd", "/proc/self/mem", "/proc/thread-self/fd", "/dev/fd")
@@ -263,7 +268,7 @@ class Monitor:
             kind = self._kind(code.co_filename)
             if kind == _PATCHED:
                 return f"{os.path.relpath(code.co_filename, self.repo)}:{frame.f_lineno}"
-            if kind == _TRUSTED or (benign and self._stdlib_rel(code.co_filename) in benign):
+            if kind == _TRUSTED or (benign and _is_benign(self._stdlib_rel(code.co_filename), benign)):
                 return None
             frame = frame.f_back
         return None
@@ -295,7 +300,7 @@ class Monitor:
             self._blame(DYNAMIC_CODE, "loads code with marshal", frame)
 
     def _on_code_new(self, args: tuple, frame: types.FrameType) -> None:
-        self._blame(DYNAMIC_CODE, "creates a code object", frame)
+        self._blame(DYNAMIC_CODE, "creates a code object", frame, _BENIGN_EXEC)
 
     def _on_setattr(self, args: tuple, frame: types.FrameType) -> None:
         if len(args) < 2 or args[1] not in ("__code__", "__class__"):
@@ -305,7 +310,7 @@ class Monitor:
             or getattr(args[0], "__name__", None)
             or type(args[0]).__name__
         )
-        self._blame(RUNNER_TAMPERING, f"replaces {args[1]} of {str(target)[:60]}", frame)
+        self._blame(RUNNER_TAMPERING, f"replaces {args[1]} of {str(target)[:60]}", frame, _BENIGN_EXEC)
 
     def _on_getattr(self, args: tuple, frame: types.FrameType) -> None:
         if len(args) >= 2 and args[1] in _FRAME_ATTRS:
@@ -425,6 +430,10 @@ class Monitor:
 
 
 _MISSING = object()
+
+
+def _is_benign(rel: str, benign: frozenset) -> bool:
+    return rel in benign or rel.split("/", 1)[0] + "/" in benign
 
 
 def _members(name: str, module: types.ModuleType) -> dict:
