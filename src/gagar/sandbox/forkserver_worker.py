@@ -147,9 +147,6 @@ def _run_tests(job, fds):
     os.environ.clear()
     os.environ.update(job["env"])
     sys.dont_write_bytecode = True
-    sys.pycache_prefix = job["env"].get(
-        "PYTHONPYCACHEPREFIX"
-    )  # read at start-up only: set it as a start would
     sys.path[:0] = [p for p in job["env"].get("PYTHONPATH", "").split(":") if p]
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115

@@ -40,10 +40,9 @@ import builtins
 import os
 import re
 import sys
-import sysconfig
 import types
 from _thread import get_ident
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 __all__ = [
     "DYNAMIC_CODE",
@@ -64,8 +63,10 @@ TEST_READING = "test_reading"
 
 RUNNER_TOPS = ("pytest", "_pytest", "pluggy", "gagar_judge_plugin", "gagar_judge_monitor")
 """Top-level modules patched code may neither import nor change."""
-SNAPSHOT_TOPS = (*RUNNER_TOPS[:3], "os", "posix", "io", "_io", "json", "marshal", "types", "importlib")
-"""Modules whose functions and classes are compared with the snapshot."""
+SNAPSHOT_TOPS = RUNNER_TOPS[:3]
+"""Packages whose every module's functions and classes are compared with the snapshot."""
+SNAPSHOT_MODULES = ("os", "posix", "io", "_io", "json", "marshal", "types", "importlib")
+"""Single modules compared too (what an emitter or the import system calls)."""
 MAX_FLAGS = 64
 
 _BENIGN_FRAMES = frozenset(
@@ -90,6 +91,11 @@ _BENIGN_EXEC = frozenset(
 """Standard-library modules that exec or rebuild code they generated themselves (``types.coroutine``
 rebuilds a generator's code object with new flags)."""
 _FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_NAMED = {
+    "object.__getattr__": _FRAME_ATTRS,
+    "object.__setattr__": frozenset({"__code__", "__class__"}),
+}
+"""Attribute events, raised often (every ``__code__`` read), and the attribute names watched."""
 _MODULE_SUFFIXES = (".py", ".pyw")
 _PROC = ("/proc/self/fd", "/proc/self/mem", "/proc/thread-self/fd", "/dev/fd")
 _TRUSTED, _STDLIB, _PATCHED = 0, 1, 2
@@ -146,9 +152,10 @@ def code_fingerprint(code: types.CodeType) -> dict:
 
 
 def _stdlib_dirs() -> tuple:
-    paths = sysconfig.get_paths()
-    dirs = {paths["stdlib"], paths["platstdlib"]}
-    return tuple(sorted({d.rstrip("/") + "/" for d in dirs | {os.path.realpath(d) for d in dirs}}))
+    """The standard library's folder, as given and resolved (that of ``os``: ``sysconfig`` costs an
+    import at every start)."""
+    stdlib = os.path.dirname(os.__file__)
+    return tuple(sorted({stdlib + "/", os.path.realpath(stdlib) + "/"}))
 
 
 class Monitor:
@@ -179,7 +186,7 @@ class Monitor:
         self._getframe = sys._getframe
         self._builtins = dict(vars(builtins))
         self._tracers = self._tracer_hooks()
-        self._runner: dict = {}
+        self._containers: list = []
         self._modules: dict = {}
         self._handlers = {
             "exec": self._on_exec,
@@ -219,7 +226,12 @@ class Monitor:
 
     def _hook(self, event: str, args: tuple) -> None:
         handler = self._handlers.get(event)
-        if handler is None and not event.startswith(("ctypes.", "sys.monitoring.")):
+        if handler is None:
+            if not event.startswith(("ctypes.", "sys.monitoring.")):
+                return
+        elif event in _NAMED and (len(args) < 2 or args[1] not in _NAMED[event]):
+            return  # the frequent attribute events: only a few names are watched
+        elif event == "open" and not self._suspicious(args[0] if args else None):
             return
         me = get_ident()
         if me in self._busy:
@@ -303,8 +315,6 @@ class Monitor:
         self._blame(DYNAMIC_CODE, "creates a code object", frame, _BENIGN_EXEC)
 
     def _on_setattr(self, args: tuple, frame: types.FrameType) -> None:
-        if len(args) < 2 or args[1] not in ("__code__", "__class__"):
-            return
         target = (
             getattr(args[0], "__qualname__", None)
             or getattr(args[0], "__name__", None)
@@ -313,8 +323,7 @@ class Monitor:
         self._blame(RUNNER_TAMPERING, f"replaces {args[1]} of {str(target)[:60]}", frame, _BENIGN_EXEC)
 
     def _on_getattr(self, args: tuple, frame: types.FrameType) -> None:
-        if len(args) >= 2 and args[1] in _FRAME_ATTRS:
-            self._blame(INTROSPECTION, f"reads the frame attribute {args[1]}", frame, _BENIGN_FRAMES)
+        self._blame(INTROSPECTION, f"reads the frame attribute {args[1]}", frame, _BENIGN_FRAMES)
 
     def _on_frame(self, args: tuple, frame: types.FrameType) -> None:
         self._blame(INTROSPECTION, "reads call frames (sys._getframe, inspect)", frame, _BENIGN_FRAMES)
@@ -356,13 +365,21 @@ class Monitor:
                     f"{where}: installs the import hook {getattr(owner, '__name__', owner)!s:.60}",
                 )
 
-    def _on_open(self, args: tuple, frame: types.FrameType) -> None:
-        path = args[0] if args else None
+    def _suspicious(self, path: object) -> bool:
+        """Whether an opened path is one the monitor watches (cheap: most opens are not)."""
         if isinstance(path, int):
-            if path in self.fds:
-                self._blame(REPORT_FORGERY, f"opens the judge's report descriptor {path}", frame)
-            return
-        if path is None:
+            return path in self.fds
+        if not isinstance(path, (str, bytes)):
+            return False
+        text = os.fsdecode(path)
+        if not text.startswith("/"):
+            return True
+        return text.startswith((self.repo, self.judge, "/proc/", "/dev/fd"))
+
+    def _on_open(self, args: tuple, frame: types.FrameType) -> None:
+        path = args[0]
+        if isinstance(path, int):
+            self._blame(REPORT_FORGERY, f"opens the judge's report descriptor {path}", frame)
             return
         self._check_path(os.fsdecode(path), frame, "opens")
 
@@ -399,20 +416,19 @@ class Monitor:
         """Remember pytest's, pluggy's and some standard modules' functions and classes (call it
         before any repository code runs; the builtins and tracers were taken at construction)."""
         self._modules = {}
-        self._runner = {}
+        self._containers = []
         for name, module in list(sys.modules.items()):
-            if name.split(".")[0] in SNAPSHOT_TOPS and isinstance(module, types.ModuleType):
+            if (name in SNAPSHOT_MODULES or name.split(".")[0] in SNAPSHOT_TOPS) and isinstance(
+                module, types.ModuleType
+            ):
                 self._modules[name] = module
-                self._runner.update(_members(name, module))
+                self._containers += _containers(name, module)
 
     def check(self, when: str, full: bool = True) -> None:
         """Flag what changed since the snapshots: builtins, tracers and import hooks, and with ``full``
         the runner's modules, functions and classes (``importlib.import_module`` raises no audit event,
         so an import hook is also looked for here)."""
-        current = vars(builtins)
-        for key in set(self._builtins) | set(current):
-            if key != "_" and current.get(key, _MISSING) is not self._builtins.get(key, _MISSING):
-                self.flag(INTROSPECTION, f"{when}: builtins.{key} was replaced")
+        self._compare("builtins", vars(builtins), self._builtins, when, INTROSPECTION)
         if self._tracer_hooks() != self._tracers:
             self.flag(INTROSPECTION, f"{when}: a tracing or profiling hook is installed")
         self._check_finders(sys.meta_path)
@@ -422,31 +438,38 @@ class Monitor:
         for name, module in self._modules.items():
             if sys.modules.get(name, module) is not module:
                 self.flag(RUNNER_TAMPERING, f"{when}: sys.modules[{name!r}] was replaced")
-        for key, value in self._runner.items():
-            owner, attr = key
-            now = _lookup(self._modules, owner, attr)
-            if now is not value and not _runner_own(now):
-                self.flag(RUNNER_TAMPERING, f"{when}: {owner}.{attr} was replaced")
+        for owner, live, remembered in self._containers:
+            self._compare(owner, live, remembered, when, RUNNER_TAMPERING)
+
+    def _compare(self, owner: str, live: Mapping, remembered: dict, when: str, kind: str) -> None:
+        """Flag each remembered member of ``live`` that was replaced or removed (functions and classes
+        compare by identity, so the C-level view comparison is the fast path)."""
+        if remembered.items() <= live.items():
+            return
+        for attr, value in remembered.items():
+            now = live.get(attr, _MISSING)
+            if now is not value and not (kind == RUNNER_TAMPERING and _runner_own(now)):
+                self.flag(kind, f"{when}: {owner}.{attr} was replaced")
 
 
 _MISSING = object()
+_MODULE_MEMBERS = (types.FunctionType, types.BuiltinFunctionType, type)
+_CLASS_MEMBERS = (types.FunctionType, classmethod, staticmethod, property)
+
+
+def _containers(name: str, module: types.ModuleType) -> list:
+    """(owner, live namespace, remembered members) of ``module`` and of each class it defines."""
+    namespace = vars(module)
+    out = [(name, namespace, {k: v for k, v in list(namespace.items()) if isinstance(v, _MODULE_MEMBERS)})]
+    for attr, value in list(namespace.items()):
+        if isinstance(value, type) and getattr(value, "__module__", None) == name:
+            members = {k: v for k, v in list(vars(value).items()) if isinstance(v, _CLASS_MEMBERS)}
+            out.append((f"{name}:{attr}", vars(value), members))
+    return out
 
 
 def _is_benign(rel: str, benign: frozenset) -> bool:
     return rel in benign or rel.split("/", 1)[0] + "/" in benign
-
-
-def _members(name: str, module: types.ModuleType) -> dict:
-    """(owner, attribute) -> object for the functions and classes of ``module`` and its classes' dicts."""
-    out: dict = {}
-    for attr, value in list(vars(module).items()):
-        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
-            out[(name, attr)] = value
-        if isinstance(value, type) and getattr(value, "__module__", None) == name:
-            for member, inner in list(vars(value).items()):
-                if isinstance(inner, (types.FunctionType, classmethod, staticmethod, property)):
-                    out[(f"{name}:{attr}", member)] = inner
-    return out
 
 
 _RUNNER_DIRS = ("/_pytest/", "/pluggy/", "/pytest/")
@@ -454,16 +477,10 @@ _RUNNER_DIRS = ("/_pytest/", "/pluggy/", "/pytest/")
 
 def _runner_own(value: object) -> bool:
     """Whether ``value`` is a function of pytest's or pluggy's own (pytest monkeypatches itself:
-    ``legacypath`` replaces ``Config._getini_unknown_type`` when it is configured)."""
+    ``legacypath`` replaces ``Config._getini_unknown_type`` when it is configured, pytest 8 sets
+    ``sys.unraisablehook`` to a ``functools.partial`` of its own)."""
     function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    function = getattr(function, "func", None) or function  # functools.partial
     code = getattr(function, "__code__", None)
     filename = getattr(code, "co_filename", "")
     return isinstance(filename, str) and any(d in filename for d in _RUNNER_DIRS)
-
-
-def _lookup(modules: dict, owner: str, attr: str) -> object:
-    name, _, cls = owner.partition(":")
-    target = vars(modules[name]).get(cls, _MISSING) if cls else modules[name]
-    if target is _MISSING:
-        return _MISSING
-    return vars(target).get(attr, _MISSING)

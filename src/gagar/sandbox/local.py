@@ -16,8 +16,11 @@ after the run can never hit another evaluation's sandbox, in this process or ano
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable
 from importlib import resources
@@ -35,6 +38,7 @@ from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
 from gagar.sandbox.pristine import (
+    MONITOR_MODULE,
     Channels,
     Pristine,
     Reference,
@@ -76,6 +80,23 @@ DEFAULT_TEST_CMD = "python -m pytest -q"
 """Run inside the sandbox; PYTEST_ADDOPTS pins pytest and loads the judge's plugin."""
 PLUGIN_SOURCE = resources.files("gagar.sandbox").joinpath("judge_plugin.py").read_text(encoding="utf-8")
 MONITOR_SOURCE = resources.files("gagar.sandbox").joinpath("judge_monitor.py").read_text(encoding="utf-8")
+
+
+def _unchecked_pyc(module: str, source: str) -> tuple[str, bytes]:
+    """``module``'s byte code for this interpreter's version, as an unchecked-hash ``.pyc`` (PEP 552):
+    valid whatever the file times, so written once, copied into every judge folder."""
+    code = compile(source, f"{module}.py", "exec", dont_inherit=True)
+    flags = (0b01).to_bytes(4, "little")  # hash-based, not checked against the source
+    data = (
+        importlib.util.MAGIC_NUMBER
+        + flags
+        + importlib.util.source_hash(source.encode())
+        + marshal.dumps(code)
+    )
+    return f"{module}.{sys.implementation.cache_tag}.pyc", data
+
+
+MONITOR_PYC = _unchecked_pyc(MONITOR_MODULE, MONITOR_SOURCE)
 
 
 class Prepared(NamedTuple):
@@ -238,7 +259,7 @@ class LocalBackend:
         Returns what the run needs, or the reason the patch was refused.
         """
         materialize(task, ws.repo, self.settings.repos_dir)
-        write_judge_dir(ws.judge, PLUGIN_SOURCE, MONITOR_SOURCE)
+        write_judge_dir(ws.judge, PLUGIN_SOURCE, MONITOR_SOURCE, MONITOR_PYC)
         flags: list[HackFlag] = []
         done: Pristine | None = None
         expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]

@@ -307,8 +307,6 @@ def pytest_env(
     return {
         "PYTHONPATH": judge_dir,
         "PYTHONSAFEPATH": "1",
-        # byte code only from this run: a __pycache__ the patch adds is never read
-        "PYTHONPYCACHEPREFIX": "/tmp/.gagar-pycache",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTEST_ADDOPTS": addopts,
         FDS_ENV: f"{fds[0]},{fds[1]}",
@@ -316,12 +314,21 @@ def pytest_env(
     }
 
 
-def write_judge_dir(judge_dir: Path, plugin_source: str, monitor_source: str) -> None:
-    """Lay out the judge's folder: the plugin and monitor modules and an empty ``pytest.ini``."""
+def write_judge_dir(
+    judge_dir: Path, plugin_source: str, monitor_source: str, monitor_pyc: tuple[str, bytes] | None = None
+) -> None:
+    """Lay out the judge's folder: the plugin and monitor modules and an empty ``pytest.ini``.
+
+    ``monitor_pyc`` is the monitor's byte code (file name in ``__pycache__``, content) as an
+    unchecked-hash ``.pyc``, which spares the sandbox's interpreter compiling it at every start (an
+    interpreter of another version ignores it)."""
     judge_dir.mkdir(parents=True, exist_ok=True)
     (judge_dir / f"{PLUGIN_MODULE}.py").write_text(plugin_source, encoding="utf-8")
     (judge_dir / f"{MONITOR_MODULE}.py").write_text(monitor_source, encoding="utf-8")
     (judge_dir / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    if monitor_pyc is not None:
+        (judge_dir / "__pycache__").mkdir(exist_ok=True)
+        (judge_dir / "__pycache__" / monitor_pyc[0]).write_bytes(monitor_pyc[1])
 
 
 class ReportPipe:
