@@ -136,10 +136,10 @@ def _test_code(item, root):
     code = getattr(function, "__code__", None)
     if not isinstance(code, types.CodeType):
         return None
-    print_ = _fingerprint(code)
-    if os.path.isabs(print_["file"]):
-        print_["file"] = os.path.relpath(print_["file"], root)
-    return print_
+    printed = _fingerprint(code)
+    if os.path.isabs(printed["file"]):
+        printed["file"] = os.path.relpath(printed["file"], root)
+    return printed
 
 
 def _own_changes():
