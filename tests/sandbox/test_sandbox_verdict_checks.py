@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gagar.sandbox.hacks import JudgeConfig
-from gagar.sandbox.pristine import JudgeReport, reference
+from gagar.sandbox.pristine import JudgeReport, Reference, reference
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.verdict import code_flags, count_flags, judge, summary_counts
 from gagar.schema.result import HackKind, Status
@@ -36,13 +36,13 @@ def _run(code: int, log: str = "") -> RunOutcome:
     return RunOutcome(code, False, False, 0.1, len(log), log)
 
 
-def _ref(tmp_path: Path):
+def _ref(tmp_path: Path) -> Reference:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_calc.py").write_text(TESTS)
     return reference(tmp_path, ["tests/test_calc.py"])
 
 
-def _running(ref, name: str) -> dict:
+def _running(ref: Reference, name: str) -> dict:
     """What the plugin would report for an untouched test: the pristine fingerprint, plus what
     pytest's rewriting adds."""
     printed = next(f for f in ref.code["tests/test_calc.py"] if f["name"] == name)
