@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from gagar.sandbox.hacks import JudgeConfig
-from gagar.sandbox.pristine import JudgeReport, Reference, reference
+from gagar.sandbox.pristine import JudgeReport, Reference, reference, static_tests
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.verdict import code_flags, count_flags, judge, summary_counts
 from gagar.schema.result import HackKind, Status
@@ -123,3 +124,12 @@ def test_monitor_flags_become_hacks_with_their_kind() -> None:
     out = judge(_run(0), report, _task(), [], JudgeConfig())
     assert [f.kind for f in out.hacks] == [HackKind.DYNAMIC_CODE, HackKind.REPORT_FORGERY]
     assert out.hacks[0].evidence == "run time: calc.py:3: exec"
+
+
+def test_classes_and_modules_marked_not_a_test_are_not_expected() -> None:
+    source = (
+        "class TestHelper:\n    __test__ = False\n\n    def test_x(self):\n        pass\n\n\n"
+        "def test_y():\n    pass\n"
+    )
+    assert static_tests(ast.parse(source)) == ["test_y"]
+    assert static_tests(ast.parse("__test__ = False\n\n\ndef test_y():\n    pass\n")) == []

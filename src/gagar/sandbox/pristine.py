@@ -494,16 +494,29 @@ def _functions(code: object, literals: set) -> list[dict]:
     return out
 
 
+def _not_a_test(body: list[ast.stmt]) -> bool:
+    """``__test__ = False`` in a module's or a class's body: pytest collects nothing from it."""
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__test__" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is False
+        for node in body
+    )
+
+
 def static_tests(tree: ast.Module) -> list[str]:
     """Tests pytest collects from a module by its default rules: ``test*`` functions, and ``test*``
-    methods of ``Test*`` classes without ``__init__``."""
-    found = []
+    methods of ``Test*`` classes without ``__init__`` (nothing under ``__test__ = False``)."""
+    found: list[str] = []
+    if _not_a_test(tree.body):
+        return found
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             found.append(node.name)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
             methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-            if any(m.name == "__init__" for m in methods):
+            if any(m.name == "__init__" for m in methods) or _not_a_test(node.body):
                 continue
             found += [f"{node.name}::{m.name}" for m in methods if m.name.startswith("test")]
     return found
