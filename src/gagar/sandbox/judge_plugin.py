@@ -161,6 +161,6 @@ def pytest_sessionfinish(session):
         "finished",
         exitstatus=int(session.exitstatus),
         tests=_outcomes,
-        collected=len(getattr(session, "items", [])),
+        collected=len({item.nodeid for item in getattr(session, "items", [])}),
         code={k: v for k, v in code.items() if v is not None},
     )
