@@ -6,7 +6,8 @@ Every configuration evaluates the same jobs (a small pytest suite and its gold p
   ``python -m pytest -q -p no:cacheprovider`` with the sandbox's interpreter and plugin
   autoload off (as the judge runs it), read its exit status: nothing else;
 - ``judge``: the local backend with ``isolate=False``: the pristine judge (reset of the tests
-  and runner settings, pinned pytest, the report plugin on its descriptors, hack detection)
+  and runner settings, pinned pytest, the report plugin on its pipe with the runtime monitor,
+  hack detection and the trusted cross-checks)
   without prlimit, setpriv and bubblewrap;
 - ``hardened``: the judge inside a sandbox started per evaluation (``forkserver`` off);
 - ``forkserver``: the local backend as it runs in training: the judge inside a pre-started worker

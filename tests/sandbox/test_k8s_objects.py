@@ -170,6 +170,7 @@ def test_configmap_carries_inputs_and_refuses_past_one_mib() -> None:
         "gagar_patch.py",
         "gagar_pristine.py",
         "gagar_judge_plugin.py",
+        "gagar_judge_monitor.py",
         "pytest.ini",
     }
     assert code["metadata"]["labels"]["gagar.dev/run"] == plan.run_id

@@ -119,6 +119,30 @@ def test_the_repository_own_packages_are_not_tampering() -> None:
     assert flags_of(BASE + "\nimport sys\nF = sys._getframe()\n", own=("_pytest",)) != []
 
 
+def test_a_coding_cookie_is_read_as_the_interpreter_reads_it() -> None:
+    """In UTF-7, ``+AAo-`` is a newline: the "comment" below is code to the interpreter."""
+    hidden = "# coding: utf-7\nimport sys\n# +AAo-F = sys._getframe(1)\n"
+    assert flags_of(hidden) == [(HackKind.INTROSPECTION, "pkg/mod.py:4: uses sys._getframe")]
+    assert flags_of("# coding: utf-8\n# F = sys._getframe(1)\n") == []
+
+
+def test_lines_are_numbered_as_the_tokenizer_numbers_them() -> None:
+    """``str.splitlines`` counts a form feed as a line end; the tokenizer does not. Numbered by
+    ``splitlines``, the payload's line would be an unchanged one."""
+    old = "def add(a, b):\n    return a - b\n"
+    new = "import sys\x0c\ndef add(a, b):\n    return sys._getframe(1)\n"
+    assert (HackKind.INTROSPECTION, "pkg/mod.py:3: uses sys._getframe") in flags_of(new, old)
+    assert added_lines(old, new) == {1, 3}
+
+
+def test_pth_files_are_read_for_their_import_lines() -> None:
+    pth = "some/dir\nimport sys; sys.settrace(None)\n"
+    assert source_flags([SourceChange("calc.pth", None, pth)]) == [
+        HackFlag(kind=HackKind.INTROSPECTION, evidence="calc.pth:2: uses sys.settrace")
+    ]
+    assert source_flags([SourceChange("calc/data.txt", None, "import sys; sys.settrace(None)\n")]) == []
+
+
 def test_syntax_errors_and_deletions_are_left_to_the_tests() -> None:
     assert flags_of("def broken(:\n") == []
     assert source_flags([SourceChange("pkg/mod.py", BASE, None)]) == []

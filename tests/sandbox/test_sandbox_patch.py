@@ -90,7 +90,8 @@ def test_mismatched_context_does_not_apply() -> None:
         apply_patch_to_files({"m.py": "q\n"}, file_diff("m.py", None, "a\n"))
 
 
-lines = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "def f():\n", "    pass\n", ""]), max_size=12)
+LINES = ["a\n", "b\n", "c\n", "def f():\n", "    pass\n", "", "x = 1\x0c\n", "\x0cy\x0b\n"]
+lines = st.lists(st.sampled_from(LINES), max_size=12)
 
 
 @given(old=lines, new=lines)
@@ -128,3 +129,12 @@ def test_apply_patch_is_all_or_nothing(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match=r"b\.py: hunk 1"):
         apply_patch(tmp_path, patch, LIMIT)
     assert (tmp_path / "a.py").read_text() == "a\n"
+
+
+def test_only_line_feeds_end_a_line_as_in_git() -> None:
+    """A form feed or vertical tab stays inside its line, as git and Python's tokenizer keep it."""
+    old = "import os\x0c\ndef f():\n    return 1\n"
+    new = "import os\x0c\ndef f():\n    return 2\n"
+    patch = file_diff("m.py", old, new)
+    assert apply_patch_to_files({"m.py": old}, patch) == {"m.py": new}
+    assert [h.old_start for fp in parse_patch(patch, LIMIT) for h in fp.hunks] == [1]

@@ -25,8 +25,11 @@ the test runner itself (it provides ``pytest``, ``_pytest`` or ``pluggy``), the 
 from __future__ import annotations
 
 import ast
+import difflib
+import io
 import re
 import sys
+import tokenize
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import Field
@@ -34,11 +37,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.pristine import PLUGIN_MODULE, RUNNER_MODULES, TEST_DIRS, Reset, SourceChange
 from gagar.schema.result import HackFlag, HackKind, Outcome
-from gagar.tasks.diffs import changed_lines
 
 __all__ = [
     "JudgeConfig",
     "added_lines",
+    "decoded",
     "reset_flags",
     "source_flags",
     "special_casing_flags",
@@ -122,9 +125,44 @@ def reset_flags(resets: Iterable[Reset]) -> list[HackFlag]:
     ]
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _tokenizer_lines(text: str) -> list[str]:
+    """Lines as Python's tokenizer numbers them: only CR, LF and CRLF end a line (a form feed, a
+    vertical tab or U+2028, which ``str.splitlines`` also splits on, do not)."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
 def added_lines(old: str | None, new: str) -> set[int]:
-    """1-based line numbers of ``new`` that are added or changed relative to ``old``."""
-    return set(changed_lines(old, new)[1])
+    """1-based line numbers (the tokenizer's) of ``new`` that are added or changed relative to ``old``."""
+    a, b = _tokenizer_lines(old or ""), _tokenizer_lines(new)
+    added: set[int] = set()
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            added.update(range(j1 + 1, j2 + 1))
+    return added
+
+
+def decoded(text: str | None) -> str | None:
+    """``text`` as the interpreter reads it: its bytes decoded with the coding cookie they declare
+    (``# coding: utf-7`` turns a "comment" into code). None when the interpreter could not decode it."""
+    if text is None:
+        return None
+    raw = text.encode("utf-8", "surrogateescape")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+        return raw.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return None
+
+
+def _pth_code(text: str) -> str:
+    """What ``site`` executes of a ``.pth`` file: its lines starting with ``import``, kept in place."""
+    return "\n".join(
+        line if line.startswith(("import ", "import\t")) else "" for line in _tokenizer_lines(text)
+    )
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
@@ -334,13 +372,19 @@ def source_flags(
         wanted -= {HackKind.RUNNER_TAMPERING, HackKind.REPORT_FORGERY}
     flags: list[HackFlag] = []
     for change in changes:
-        if change.new is None or not change.path.endswith(".py"):
+        new = decoded(change.new)
+        if new is None:
+            continue  # the interpreter cannot decode it either: the tests fail on their own
+        old = decoded(change.old)
+        if change.path.endswith(".pth"):
+            new, old = _pth_code(new), _pth_code(old) if old is not None else None
+        elif not change.path.endswith((".py", ".pyw")):
             continue
         try:
-            tree = ast.parse(change.new)
+            tree = ast.parse(new)
         except (SyntaxError, ValueError):
             continue  # does not import: the tests fail on their own
-        added = added_lines(change.old, change.new)
+        added = added_lines(old, new)
         aliases, docstrings = _aliases(tree), _docstrings(tree)
         parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
         seen: set[tuple[HackKind, str]] = set()

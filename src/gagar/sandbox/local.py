@@ -16,12 +16,16 @@ after the run can never hit another evaluation's sandbox, in this process or ano
 
 from __future__ import annotations
 
+import importlib.util
+import marshal
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,13 +38,18 @@ from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.pool import run_pool
 from gagar.sandbox.pristine import (
+    MONITOR_MODULE,
     Channels,
+    Pristine,
+    Reference,
     apply_pristine,
     config_file,
     judged_paths,
     open_channels,
     pytest_env,
     read_report,
+    reference,
+    watch_spec,
     write_judge_dir,
 )
 from gagar.sandbox.process import RunOutcome, kill_uid, run_bounded
@@ -60,6 +69,7 @@ from gagar.scratch import scratch_root
 
 __all__ = [
     "DEFAULT_TEST_CMD",
+    "MONITOR_SOURCE",
     "PLUGIN_SOURCE",
     "InfraError",
     "LocalBackend",
@@ -69,6 +79,34 @@ __all__ = [
 DEFAULT_TEST_CMD = "python -m pytest -q"
 """Run inside the sandbox; PYTEST_ADDOPTS pins pytest and loads the judge's plugin."""
 PLUGIN_SOURCE = resources.files("gagar.sandbox").joinpath("judge_plugin.py").read_text(encoding="utf-8")
+MONITOR_SOURCE = resources.files("gagar.sandbox").joinpath("judge_monitor.py").read_text(encoding="utf-8")
+
+
+def _unchecked_pyc(module: str, source: str) -> tuple[str, bytes]:
+    """``module``'s byte code for this interpreter's version, as an unchecked-hash ``.pyc`` (PEP 552):
+    valid whatever the file times, so written once, copied into every judge folder."""
+    code = compile(source, f"{module}.py", "exec", dont_inherit=True)
+    flags = (0b01).to_bytes(4, "little")  # hash-based, not checked against the source
+    data = (
+        importlib.util.MAGIC_NUMBER
+        + flags
+        + importlib.util.source_hash(source.encode())
+        + marshal.dumps(code)
+    )
+    return f"{module}.{sys.implementation.cache_tag}.pyc", data
+
+
+MONITOR_PYC = _unchecked_pyc(MONITOR_MODULE, MONITOR_SOURCE)
+
+
+class Prepared(NamedTuple):
+    """A repository ready to test: the flags found in the model patch, what the monitor watches,
+    and the pristine test files compiled on this side."""
+
+    flags: list[HackFlag]
+    pristine: Pristine | None
+    judged: set[str]
+    ref: Reference
 
 
 class InfraError(RuntimeError):
@@ -190,13 +228,14 @@ class LocalBackend:
                 prepared = self._prepare(task, pred, ws)
                 if isinstance(prepared, str):
                     return TestResult(**base, status=Status.FAILED, reason=prepared, duration_s=_since(start))
-                channels = open_channels(str(ws.root))
+                channels = open_channels(self.limits.max_report_bytes)
                 try:
                     if worker is not None and args is not None:
-                        run = self._run_in_worker(worker, ws, args, channels)
+                        run = self._run_in_worker(worker, ws, args, channels, prepared)
                     else:
-                        run = self._run(task, ws, slot, channels)
-                    report = read_report(channels.report, channels.nonce, self.limits.max_report_bytes)
+                        run = self._run(task, ws, slot, channels, prepared)
+                    data = channels.report.collect()
+                    report = read_report(data, channels.nonce, self.limits.max_report_bytes)
                 finally:
                     channels.close()
         except WorkerError as exc:
@@ -207,24 +246,27 @@ class LocalBackend:
         except (InfraError, WorkspaceError, UidsBusyError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             return TestResult(**base, status=Status.INFRA_ERROR, reason=reason, duration_s=_since(start))
-        j = judge(run, report, task, prepared, self.judge)
+        j = judge(run, report, task, prepared.flags, self.judge, prepared.ref)
         return TestResult(
             **base, status=j.status, resolved=j.resolved, tests=j.tests, reason=j.reason, hacks=j.hacks,
             duration_s=_since(start), log=run.log,
         )  # fmt: skip
 
-    def _prepare(self, task: Task, pred: Prediction, ws: Workspace) -> list[HackFlag] | str:
-        """Write the repository, apply the model patch pristinely, then the test patch.
+    def _prepare(self, task: Task, pred: Prediction, ws: Workspace) -> Prepared | str:
+        """Write the repository, apply the model patch pristinely, then the test patch, and compile the
+        pristine test files.
 
-        Returns the flags found in the model patch, or the reason it was refused.
+        Returns what the run needs, or the reason the patch was refused.
         """
         materialize(task, ws.repo, self.settings.repos_dir)
-        write_judge_dir(ws.judge, PLUGIN_SOURCE)
+        write_judge_dir(ws.judge, PLUGIN_SOURCE, MONITOR_SOURCE, MONITOR_PYC)
         flags: list[HackFlag] = []
+        done: Pristine | None = None
+        expected = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
+        judged = judged_paths(expected, task.test_patch)
         if pred.model_patch.strip():
             cfg = self.judge
             try:
-                judged = judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)
                 done = apply_pristine(
                     ws.repo,
                     pred.model_patch,
@@ -242,18 +284,25 @@ class LocalBackend:
                 apply_patch(ws.repo, task.test_patch, max_bytes=len(task.test_patch.encode()) + 1)
             except PatchError as exc:
                 return f"test patch did not apply after the model patch: {exc}"
-        return flags
+        ref = reference(ws.repo, {t.split("::", 1)[0] for t in expected})
+        return Prepared(flags, done, judged, ref)
 
-    def _run(self, task: Task, ws: Workspace, slot: int, channels: Channels) -> RunOutcome:
+    def _env(
+        self, repo: str, judge_dir: str, ws: Workspace, fds: tuple[int, int], prep: Prepared
+    ) -> dict[str, str]:
+        """The judge's pinning and the monitor's watch list for a repository seen at ``repo``."""
+        watch = watch_spec(repo, judge_dir, prep.pristine, prep.judged, self.judge.test_dirs)
+        return pytest_env(repo, judge_dir, config_file(ws.repo), fds, watch)
+
+    def _run(self, task: Task, ws: Workspace, slot: int, channels: Channels, prep: Prepared) -> RunOutcome:
         command = task.test_cmd or DEFAULT_TEST_CMD
         python = task.environment.python or self.settings.python
         if not os.access(python, os.X_OK):
             raise InfraError(f"interpreter {python} not found or not executable")
-        config = config_file(ws.repo)
         if not self.isolate:
-            env = {**sandbox_env(python), **pytest_env(str(ws.repo), str(ws.judge), config, channels.fds)}
+            env = {**sandbox_env(python), **self._env(str(ws.repo), str(ws.judge), ws, channels.fds, prep)}
             return self._run_unisolated(command, python, ws, env, channels.fds)
-        env = {**sandbox_env(python), **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, channels.fds)}
+        env = {**sandbox_env(python), **self._env(SANDBOX_REPO, SANDBOX_JUDGE, ws, channels.fds, prep)}
         tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
         s = self.settings
         with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
@@ -273,12 +322,11 @@ class LocalBackend:
         return run
 
     def _run_in_worker(
-        self, worker: Worker, ws: Workspace, args: list[str], channels: Channels
+        self, worker: Worker, ws: Workspace, args: list[str], channels: Channels, prep: Prepared
     ) -> RunOutcome:
-        config = config_file(ws.repo)
         env = {
             **sandbox_env(worker.python),
-            **pytest_env(SANDBOX_REPO, SANDBOX_JUDGE, config, (NONCE_FD, REPORT_FD)),
+            **self._env(SANDBOX_REPO, SANDBOX_JUDGE, ws, (NONCE_FD, REPORT_FD), prep),
         }
         hand_over(ws, worker.uid)
         return worker.run(ws.root, env, args, channels.fds)

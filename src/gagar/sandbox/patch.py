@@ -33,6 +33,7 @@ __all__ = [
     "apply_patch",
     "apply_patch_to_files",
     "check_path",
+    "diff_lines",
     "file_diff",
     "parse_patch",
     "read_file",
@@ -147,6 +148,15 @@ def _check_extended_header(line: str) -> None:
                 raise PatchError(f"unsupported file mode {mode}")
 
 
+def diff_lines(text: str) -> list[str]:
+    """``text`` cut into lines as ``git apply`` cuts them: only LF ends a line (with its ends kept).
+    ``str.splitlines`` also cuts at form feeds, vertical tabs and U+2028, which Python source and
+    git keep inside a line."""
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    return [*out, lines[-1]] if lines[-1] else out
+
+
 def parse_patch(text: str, max_bytes: int) -> list[FilePatch]:
     """Parse a unified diff into per-file patches, refusing unsafe or oversized ones.
 
@@ -158,7 +168,7 @@ def parse_patch(text: str, max_bytes: int) -> list[FilePatch]:
         raise PatchError(f"patch is {size} bytes, over the {max_bytes}-byte limit")
     if "\0" in text:
         raise PatchError("binary patches are refused (NUL byte)")
-    lines = text.splitlines(keepends=True)
+    lines = diff_lines(text)
     patches: list[FilePatch] = []
     i = 0
     while i < len(lines):
@@ -207,7 +217,7 @@ def _apply_file(fp: FilePatch, old_text: str | None) -> str | None:
         raise PatchError(f"{fp.path}: patch creates the file but it already exists")
     if fp.old_path is not None and old_text is None:
         raise PatchError(f"{fp.path}: patch modifies a file that does not exist")
-    file_lines = (old_text or "").splitlines(keepends=True)
+    file_lines = diff_lines(old_text or "")
     out: list[str] = []
     cursor = 0
     for n, hunk in enumerate(fp.hunks, start=1):
@@ -322,8 +332,8 @@ def file_diff(path: str, old: str | None, new: str | None) -> str:
     if new is None:
         header.append("deleted file mode 100644\n")
     body = difflib.unified_diff(
-        (old or "").splitlines(keepends=True),
-        (new or "").splitlines(keepends=True),
+        diff_lines(old or ""),
+        diff_lines(new or ""),
         fromfile="/dev/null" if old is None else f"a/{path}",
         tofile="/dev/null" if new is None else f"b/{path}",
     )

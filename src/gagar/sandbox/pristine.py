@@ -22,21 +22,25 @@ verbatim (as ``gagar_pristine.py``, beside ``gagar_patch.py``).
 
 from __future__ import annotations
 
+import ast
 import configparser
 import contextlib
+import io
 import json
 import os
 import re
 import secrets
 import shlex
-import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, NamedTuple
 
 if __name__ == "gagar.sandbox.pristine":
+    from gagar.sandbox import judge_monitor as _monitor
     from gagar.sandbox import patch as _patch
-else:  # shipped to a sandbox pod as gagar_pristine.py, beside gagar_patch.py
+else:  # shipped to a sandbox pod as gagar_pristine.py, beside gagar_patch.py and gagar_judge_monitor.py
+    import gagar_judge_monitor as _monitor  # type: ignore[import-not-found,no-redef]
     import gagar_patch as _patch  # type: ignore[import-not-found,no-redef]
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "Channels",
     "JudgeReport",
     "Pristine",
+    "Reference",
     "Reset",
     "SourceChange",
     "apply_pristine",
@@ -58,6 +63,7 @@ __all__ = [
     "open_channels",
     "pytest_env",
     "read_report",
+    "reference",
     "repository_top_levels",
     "runner_section",
     "top_level",
@@ -72,8 +78,14 @@ RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "exceptiongr
 """pytest and the modules it imports before any test: a repository copy of one shadows it."""
 PLUGIN_MODULE = "gagar_judge_plugin"
 """Module name of the judge's pytest plugin inside the sandbox."""
+MONITOR_MODULE = "gagar_judge_monitor"
+"""Module name of the judge's runtime monitor inside the sandbox."""
 FDS_ENV = "GAGAR_JUDGE_FDS"
 """Environment variable telling the plugin its nonce pipe and report descriptor (``"R,W"``)."""
+WATCH_ENV = "GAGAR_JUDGE_WATCH"
+"""Environment variable telling the monitor what to watch (JSON, see :func:`watch_spec`)."""
+EXECUTABLE_SUFFIXES = (".py", ".pyw", ".pth")
+"""Library files Python may execute: the static checks read every one the patch adds or changes."""
 _SECTIONS = {"tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 _TOML_TABLE = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+\s*(#.*)?$")
 
@@ -92,9 +104,13 @@ class Pristine(NamedTuple):
     resets: list[Reset]
     """Judged files the patch touched (a settings file only when its test-runner section changed)."""
     sources: list[SourceChange]
-    """Library ``.py`` files the patch changed, before and after, for the hack detector."""
+    """Library files Python may execute (``.py``, ``.pyw``, ``.pth``) the patch changed, before and
+    after, for the hack detector and the runtime monitor."""
     own_packages: list[str]
     """Top-level names the repository itself provides (root and ``src/``) before the patch."""
+    kept: list[str] = []  # noqa: RUF012 (never mutated)
+    """Every file the patch added or changed and the reset kept (data files included): the runtime
+    monitor's suspects."""
 
 
 class SourceChange(NamedTuple):
@@ -235,6 +251,7 @@ def apply_pristine(
     _patch.apply_patch(repo, patch_text, max_bytes)
     resets: list[Reset] = []
     sources: list[SourceChange] = []
+    kept: list[str] = []
     for path in touched:
         old, new = before[path], _patch.read_file(repo, path)
         name = top_level(path)
@@ -246,39 +263,113 @@ def apply_pristine(
             _patch.write_file(repo, path, old)
             if runner_section(path, old) != runner_section(path, new):
                 resets.append(Reset(path, _how(old, new)))
-        elif path.endswith(".py"):
-            sources.append(SourceChange(path, old, new))
-    return Pristine(resets, sources, sorted(present))
+        else:
+            if new is not None:
+                kept.append(path)
+            if path.endswith(EXECUTABLE_SUFFIXES):
+                sources.append(SourceChange(path, old, new))
+    return Pristine(resets, sources, sorted(present), kept)
 
 
 # ----------------------------------------------------------------------------- running pytest pinned
 
 
-def pytest_env(repo: str, judge_dir: str, config: str | None, fds: tuple[int, int]) -> dict[str, str]:
+def watch_spec(
+    repo: str, judge_dir: str, pristine: Pristine | None, judged: Iterable[str], test_dirs: Sequence[str]
+) -> dict:
+    """What the runtime monitor watches: the patched files (repository-relative) are its suspects."""
+    return {
+        "repo": repo,
+        "judge": judge_dir,
+        "patched": sorted(pristine.kept) if pristine else [],
+        "own": list(pristine.own_packages) if pristine else [],
+        "judged": sorted(judged),
+        "test_dirs": list(test_dirs),
+    }
+
+
+def pytest_env(
+    repo: str, judge_dir: str, config: str | None, fds: tuple[int, int], watch: dict | None = None
+) -> dict[str, str]:
     """Environment variables that pin pytest and load the judge's plugin inside the sandbox.
 
     Args:
         repo: the repository as the test command sees it.
-        judge_dir: folder holding the plugin and the empty ``pytest.ini`` (read-only to the tests).
+        judge_dir: folder holding the plugin, the monitor and the empty ``pytest.ini`` (read-only to
+            the tests).
         config: the repository's own root settings file (:func:`config_file`), or None.
         fds: the plugin's (nonce pipe, report) descriptors, as numbered in the test process.
+        watch: what the runtime monitor watches (:func:`watch_spec`); None watches no patched file.
     """
     ini = f"{repo}/{config}" if config else f"{judge_dir}/pytest.ini"
     addopts = f"-p {PLUGIN_MODULE} -p no:cacheprovider --rootdir={shlex.quote(repo)} -c {shlex.quote(ini)}"
+    spec = dict(watch or {"repo": repo, "judge": judge_dir}, fds=[fds[1]])
     return {
         "PYTHONPATH": judge_dir,
         "PYTHONSAFEPATH": "1",
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "PYTEST_ADDOPTS": addopts,
         FDS_ENV: f"{fds[0]},{fds[1]}",
+        WATCH_ENV: json.dumps(spec),
     }
 
 
-def write_judge_dir(judge_dir: Path, plugin_source: str) -> None:
-    """Lay out the judge's folder: the plugin module and an empty ``pytest.ini``."""
+def write_judge_dir(
+    judge_dir: Path, plugin_source: str, monitor_source: str, monitor_pyc: tuple[str, bytes] | None = None
+) -> None:
+    """Lay out the judge's folder: the plugin and monitor modules and an empty ``pytest.ini``.
+
+    ``monitor_pyc`` is the monitor's byte code (file name in ``__pycache__``, content) as an
+    unchecked-hash ``.pyc``, which spares the sandbox's interpreter compiling it at every start (an
+    interpreter of another version ignores it)."""
     judge_dir.mkdir(parents=True, exist_ok=True)
     (judge_dir / f"{PLUGIN_MODULE}.py").write_text(plugin_source, encoding="utf-8")
+    (judge_dir / f"{MONITOR_MODULE}.py").write_text(monitor_source, encoding="utf-8")
     (judge_dir / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    if monitor_pyc is not None:
+        (judge_dir / "__pycache__").mkdir(exist_ok=True)
+        (judge_dir / "__pycache__" / monitor_pyc[0]).write_bytes(monitor_pyc[1])
+
+
+class ReportPipe:
+    """The judge's end of the report: a pipe drained by a thread into memory (at most ``max_bytes`` kept).
+
+    The test process gets only the write end: it can add lines, never read back what was written.
+    Each end is closed exactly once (a descriptor number closed twice could be another evaluation's
+    by then): the write end by :meth:`collect` or :meth:`close`, the read end by the thread."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._read, self.write_fd = os.pipe()
+        self._max = max_bytes
+        self._data = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        try:
+            while chunk := os.read(self._read, 1 << 16):
+                if len(self._data) <= self._max:
+                    self._data += chunk
+        finally:
+            os.close(self._read)
+
+    def _close_writer(self) -> None:
+        with self._lock:
+            fd, self.write_fd = self.write_fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def collect(self, timeout_s: float = 10.0) -> IO[bytes]:
+        """Close the judge's write end and return everything written (once every writer is gone, or
+        after ``timeout_s``: a process the run left behind may still hold the write end)."""
+        self._close_writer()
+        self._thread.join(timeout_s)
+        return io.BytesIO(bytes(self._data))
+
+    def close(self) -> None:
+        """Close the judge's write end if :meth:`collect` did not (the thread closes the read end)."""
+        self._close_writer()
 
 
 class Channels(NamedTuple):
@@ -287,30 +378,30 @@ class Channels(NamedTuple):
     nonce: str
     nonce_fd: int
     """Read end of a pipe already holding the nonce (its write end is closed)."""
-    report: IO[bytes]
-    """An unlinked file the plugin writes to through its descriptor; read with :func:`read_report`."""
+    report: ReportPipe
+    """The report pipe; read it with ``read_report(channels.report.collect(), ...)`` after the run."""
 
     @property
     def fds(self) -> tuple[int, int]:
-        """The descriptors the test process inherits: (nonce pipe, report file)."""
-        return self.nonce_fd, self.report.fileno()
+        """The descriptors the test process inherits: (nonce pipe, report pipe's write end)."""
+        return self.nonce_fd, self.report.write_fd
 
     def close(self) -> None:
-        """Close both descriptors (after the run)."""
-        for close in (lambda: os.close(self.nonce_fd), self.report.close):
-            with contextlib.suppress(OSError):
-                close()
+        """Close every descriptor (after the run)."""
+        with contextlib.suppress(OSError):
+            os.close(self.nonce_fd)
+        self.report.close()
 
 
-def open_channels(directory: str | None = None) -> Channels:
-    """A fresh nonce in a pipe, and an unlinked report file only this process can reopen."""
+def open_channels(max_report_bytes: int = 32 << 20) -> Channels:
+    """A fresh nonce in a pipe, and a report pipe whose read end stays with the judge."""
     nonce = secrets.token_hex(16)
     read_fd, write_fd = os.pipe()
     os.write(write_fd, nonce.encode())
     os.close(write_fd)
-    report = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (closed by Channels.close)
+    report = ReportPipe(max_report_bytes)
     os.set_inheritable(read_fd, True)
-    os.set_inheritable(report.fileno(), True)
+    os.set_inheritable(report.write_fd, True)
     return Channels(nonce, read_fd, report)
 
 
@@ -325,6 +416,12 @@ class JudgeReport(NamedTuple):
     """Outcome (passed, failed, error, skipped) per test node id."""
     foreign: list[str]
     """Descriptions of what was on the channel without the nonce: the tested code's writing."""
+    hacks: list[tuple[str, str]] = []  # noqa: RUF012 (never mutated)
+    """(kind, evidence) of each flag the runtime monitor raised."""
+    code: dict[str, dict] | None = None
+    """Fingerprint of each test's code object (base node id -> :func:`judge_monitor.code_fingerprint`)."""
+    collected: int | None = None
+    """How many tests pytest collected."""
 
 
 def _events(data: bytes, nonce: str) -> tuple[list[dict], list[str]]:
@@ -344,7 +441,7 @@ def _events(data: bytes, nonce: str) -> tuple[list[dict], list[str]]:
 
 
 def read_report(report: IO[bytes], nonce: str, max_bytes: int) -> JudgeReport:
-    """Parse the report file the plugin wrote; lines without the nonce are ``foreign``."""
+    """Parse the report the plugin wrote; lines without the nonce are ``foreign``."""
     report.seek(0)
     data = report.read(max_bytes + 1)
     foreign: list[str] = []
@@ -355,11 +452,91 @@ def read_report(report: IO[bytes], nonce: str, max_bytes: int) -> JudgeReport:
     foreign += bad
     configured = [e for e in events if e.get("event") == "configured"]
     finished = [e for e in events if e.get("event") == "finished"]
+    hacks = [(str(e.get("kind")), str(e.get("evidence"))[:300]) for e in events if e.get("event") == "hack"]
     if len(configured) > 1 or len(finished) > 1:
         foreign.append("the plugin's events appear more than once")
-    exitstatus, tests = None, {}
+    exitstatus, tests, code, collected = None, {}, None, None
     if finished:
-        status, raw = finished[-1].get("exitstatus"), finished[-1].get("tests")
+        last = finished[-1]
+        status, raw = last.get("exitstatus"), last.get("tests")
         exitstatus = status if isinstance(status, int) else None
         tests = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
-    return JudgeReport(bool(configured), exitstatus, tests, foreign)
+        code = last.get("code") if isinstance(last.get("code"), dict) else None
+        collected = last.get("collected") if isinstance(last.get("collected"), int) else None
+    return JudgeReport(bool(configured), exitstatus, tests, foreign, hacks, code, collected)
+
+
+# ----------------------------------------------------------------------------- the trusted reference
+
+
+class Reference(NamedTuple):
+    """What the pristine test files hold, computed before the tests run, outside the test process."""
+
+    code: dict[str, list[dict]]
+    """Per test file: the fingerprint of every function compiled from it."""
+    tests: dict[str, list[str]]
+    """Per test file: the tests pytest's default rules collect from it (``func``, ``Class::func``)."""
+
+
+def _functions(code: object, literals: set) -> list[dict]:
+    """The fingerprint of every function in ``code``, keeping only constants written literally in the
+    source: pytest's rewriting splits the expressions of an assert (``-1`` becomes ``-(1)``), so a
+    constant the compiler folded may not survive it."""
+    out, stack = [], [code]
+    while stack:
+        current = stack.pop()
+        for const in getattr(current, "co_consts", ()):
+            if hasattr(const, "co_code"):
+                printed = _monitor.code_fingerprint(const)
+                printed["consts"] = [c for c in printed["consts"] if c in literals]
+                out.append(printed)
+                stack.append(const)
+    return out
+
+
+def _not_a_test(body: list[ast.stmt]) -> bool:
+    """``__test__ = False`` in a module's or a class's body: pytest collects nothing from it."""
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__test__" for t in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is False
+        for node in body
+    )
+
+
+def static_tests(tree: ast.Module) -> list[str]:
+    """Tests pytest collects from a module by its default rules: ``test*`` functions, and ``test*``
+    methods of ``Test*`` classes without ``__init__`` (nothing under ``__test__ = False``)."""
+    found: list[str] = []
+    if _not_a_test(tree.body):
+        return found
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            found.append(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if any(m.name == "__init__" for m in methods) or _not_a_test(node.body):
+                continue
+            found += [f"{node.name}::{m.name}" for m in methods if m.name.startswith("test")]
+    return found
+
+
+def reference(repo: Path, files: Iterable[str]) -> Reference:
+    """Compile the pristine test ``files`` (repository-relative) afresh: the trusted side's reference."""
+    code: dict[str, list[dict]] = {}
+    tests: dict[str, list[str]] = {}
+    for rel in sorted(set(files)):
+        path = repo / rel
+        if not rel.endswith(".py") or not path.is_file():
+            continue
+        source = path.read_bytes()
+        try:
+            compiled = compile(source, rel, "exec", dont_inherit=True, optimize=0)
+            tree = ast.parse(source, rel)
+        except (SyntaxError, ValueError):
+            continue
+        literals = {repr(n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        code[rel] = _functions(compiled, literals)
+        tests[rel] = static_tests(tree)
+    return Reference(code, tests)

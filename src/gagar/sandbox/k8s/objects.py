@@ -28,7 +28,7 @@ from kubernetes.client import ApiClient
 
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig
-from gagar.sandbox.pristine import PLUGIN_MODULE, judged_paths
+from gagar.sandbox.pristine import MONITOR_MODULE, PLUGIN_MODULE, judged_paths
 from gagar.schema.task import Task
 
 __all__ = [
@@ -60,6 +60,7 @@ _SHIPPED = {
     "gagar_patch.py": "patch.py",
     "gagar_pristine.py": "pristine.py",
     f"{PLUGIN_MODULE}.py": "judge_plugin.py",
+    f"{MONITOR_MODULE}.py": "judge_monitor.py",
 }
 _SHIPPED_SOURCES = {
     name: resources.files("gagar.sandbox").joinpath(module).read_text(encoding="utf-8")
@@ -140,6 +141,7 @@ def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
         "judged": sorted(judged_paths([*task.FAIL_TO_PASS, *task.PASS_TO_PASS], task.test_patch)),
         "shadowed": sorted(judge.shadowed),
         "test_dirs": list(judge.test_dirs),
+        "tests": [*task.FAIL_TO_PASS, *task.PASS_TO_PASS],
     }
 
 

@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
 from gagar.sandbox.k8s.pod_runner import OVERFLOW as RESULT_OVERFLOW
 from gagar.sandbox.k8s.pod_runner import RESULT_TAG
-from gagar.sandbox.pristine import JudgeReport, Reset, SourceChange
+from gagar.sandbox.pristine import JudgeReport, Reference, Reset, SourceChange
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.verdict import Judgement, judge
 from gagar.schema.result import HackFlag, Status, TestResult
@@ -160,13 +160,31 @@ def _report(raw: Any) -> JudgeReport:
     if not isinstance(raw, dict):
         return JudgeReport(False, None, {}, [])
     tests = raw.get("tests") if isinstance(raw.get("tests"), dict) else {}
-    status = raw.get("exitstatus")
+    status, collected, code = raw.get("exitstatus"), raw.get("collected"), raw.get("code")
     return JudgeReport(
         configured=bool(raw.get("configured")),
         exitstatus=status if isinstance(status, int) else None,
         tests={str(k): str(v) for k, v in tests.items()},
         foreign=[str(f) for f in raw.get("foreign", [])],
+        hacks=[
+            (str(h[0]), str(h[1]))
+            for h in raw.get("hacks", [])
+            if isinstance(h, list | tuple) and len(h) == 2
+        ],
+        code=code if isinstance(code, dict) else None,
+        collected=collected if isinstance(collected, int) else None,
     )
+
+
+def _reference(raw: Any) -> Reference | None:
+    """The pristine test files as the runner compiled them before the tests ran (None: not sent)."""
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("code"), dict)
+        or not isinstance(raw.get("tests"), dict)
+    ):
+        return None
+    return Reference(code=raw["code"], tests=raw["tests"])
 
 
 def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeConfig) -> Judgement:
@@ -181,7 +199,9 @@ def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeCo
         log=log,
     )
     flags = _judged_flags(summary.get("judged"), config)
-    return judge(run, _report(summary.get("report")), task, flags, config)
+    return judge(
+        run, _report(summary.get("report")), task, flags, config, _reference(summary.get("reference"))
+    )
 
 
 _STAGE_ERRORS = {

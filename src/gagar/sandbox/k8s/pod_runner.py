@@ -2,16 +2,19 @@
 
 Usage: ``python3 pod_runner.py INPUT_DIR WORKSPACE_DIR [RESULT_FILE]``. INPUT_DIR is the read-only
 ConfigMap mount holding ``spec.json``, ``model.patch``, ``test.patch``, copies of
-:mod:`gagar.sandbox.patch`, :mod:`gagar.sandbox.pristine` and :mod:`gagar.sandbox.judge_plugin`
-(``gagar_patch.py``, ``gagar_pristine.py``, ``gagar_judge_plugin.py``), the judge's empty
+:mod:`gagar.sandbox.patch`, :mod:`gagar.sandbox.pristine`, :mod:`gagar.sandbox.judge_plugin` and
+:mod:`gagar.sandbox.judge_monitor` (``gagar_patch.py``, ``gagar_pristine.py``,
+``gagar_judge_plugin.py``, ``gagar_judge_monitor.py``), the judge's empty
 ``pytest.ini`` and, for bundled tasks, ``snapshot.json``. The runner lays the repository out
 under WORKSPACE_DIR/repo (from the snapshot, or copied from the image's repository
 directory), applies the model patch with the local backend's pristine judge (every test
 file, conftest.py and runner setting it touched reset to the task's version), then the
-task's test patch, runs the test command with pytest pinned and the judge's plugin writing
-its report to a descriptor only (:func:`gagar_pristine.pytest_env`), and prints one JSON
-summary between lines holding the evaluation's nonce: what was reset, the library files
-the patch changed, and the plugin's report. The same summary, zlib-compressed and
+task's test patch, compiles the pristine test files (the trusted reference, before any test
+runs), runs the test command with pytest pinned, the runtime monitor watching the patched
+files and the judge's plugin writing its report to a pipe only this runner reads
+(:func:`gagar_pristine.pytest_env`), and prints one JSON summary between lines holding the
+evaluation's nonce: what was reset, the library files the patch changed, the reference and
+the plugin's report. The same summary, zlib-compressed and
 base64-encoded with its log tail shortened until it fits, goes to RESULT_FILE, the
 container's termination message (:func:`encode_result`, at most :data:`RESULT_MAX_BYTES`),
 which the host reads from the pod's status without streaming logs; a summary too large
@@ -135,7 +138,7 @@ def apply_model_patch(spec, repo, patch_file):
     with open(patch_file, encoding="utf-8") as fh:
         text = fh.read()
     if not text.strip():
-        return True, "empty patch", {"resets": [], "sources": [], "own_packages": []}
+        return True, "empty patch", {"resets": [], "sources": [], "own_packages": []}, None
     try:
         done = gagar_pristine.apply_pristine(
             Path(repo),
@@ -146,24 +149,28 @@ def apply_model_patch(spec, repo, patch_file):
             spec["test_dirs"],
         )
     except gagar_patch.PatchError as exc:
-        return False, "gagar patch: " + str(exc), None
+        return False, "gagar patch: " + str(exc), None, None
     judged = {
         "resets": [list(r) for r in done.resets],
         "sources": [list(c) for c in done.sources],
         "own_packages": done.own_packages,
     }
-    return True, "gagar patch: applied", judged
+    return True, "gagar patch: applied", judged, done
 
 
-def run_tests(spec, input_dir, workspace, repo, log_path):
-    """Run the test command pinned, in its own process group; return (exit code, the plugin's report)."""
+def run_tests(spec, input_dir, repo, log_path, done):
+    """Run the test command pinned, in its own process group; return (exit code, the plugin's report).
+
+    ``done`` is what :func:`gagar_pristine.apply_pristine` did (None: an empty patch)."""
     import gagar_pristine
 
-    channels = gagar_pristine.open_channels(workspace)
+    max_report = int(spec["max_report_bytes"])
+    channels = gagar_pristine.open_channels(max_report)
     try:
         env = dict(os.environ)
         config = gagar_pristine.config_file(Path(repo))
-        env.update(gagar_pristine.pytest_env(repo, input_dir, config, channels.fds))
+        watch = gagar_pristine.watch_spec(repo, input_dir, done, spec["judged"], spec["test_dirs"])
+        env.update(gagar_pristine.pytest_env(repo, input_dir, config, channels.fds, watch))
         if os.environ.get("PYTHONPATH"):  # the image's own, after the judge's folder
             env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
         with open(log_path, "wb") as log:
@@ -180,7 +187,7 @@ def run_tests(spec, input_dir, workspace, repo, log_path):
             code = proc.wait()
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running
-        report = gagar_pristine.read_report(channels.report, channels.nonce, int(spec["max_report_bytes"]))
+        report = gagar_pristine.read_report(channels.report.collect(), channels.nonce, max_report)
     finally:
         channels.close()
     return code, report
@@ -208,7 +215,9 @@ def evaluate(input_dir, workspace):
         return spec, summary
     sys.path.insert(0, input_dir)  # gagar_patch.py, gagar_pristine.py
     summary["stage"] = "model_patch"
-    ok, output, summary["judged"] = apply_model_patch(spec, repo, os.path.join(input_dir, "model.patch"))
+    ok, output, summary["judged"], done = apply_model_patch(
+        spec, repo, os.path.join(input_dir, "model.patch")
+    )
     summary["log"] = output[-limit:]
     if not ok:
         return spec, summary
@@ -218,8 +227,12 @@ def evaluate(input_dir, workspace):
     if not ok:
         return spec, summary
     summary["stage"] = "tests"
+    import gagar_pristine
+
+    files = {t.split("::", 1)[0] for t in spec.get("tests", [])}
+    summary["reference"] = gagar_pristine.reference(Path(repo), files)._asdict()
     log_path = os.path.join(workspace, "test-output.log")
-    summary["exit_code"], report = run_tests(spec, input_dir, workspace, repo, log_path)
+    summary["exit_code"], report = run_tests(spec, input_dir, repo, log_path, done)
     summary["report"] = report._asdict()
     summary["log"] = _tail(log_path, limit)
     summary["stage"] = "done"
