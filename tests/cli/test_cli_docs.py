@@ -13,7 +13,8 @@ import yaml
 from typer.main import get_command
 
 from gagar.cli import app
-from gagar.pipeline.graph import PARAMETERS
+from gagar.pipeline.parameters import PARAMETERS
+from gagar.train.config import setting_field
 
 ROOT = Path(__file__).resolve().parents[2]
 USER_DOCS = [ROOT / "README.md", ROOT / "docs" / "install.md"]
@@ -56,13 +57,40 @@ def test_no_machine_paths_or_commit_ids(doc: Path) -> None:
     assert not _COMMIT.findall(text), _COMMIT.findall(text)
 
 
+_SET = re.compile(r"--set(?:-file)? ([A-Za-z][\w.]*)=")
+
+
+def _helm_commands(text: str) -> list[str]:
+    """Every ``helm`` command of the text's fenced blocks, continuation lines joined."""
+    commands, block, fenced = [], [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if fenced:
+                joined = "\n".join(block).replace("\\\n", " ")
+                commands += [c for c in joined.splitlines() if c.strip().startswith("helm ")]
+            block, fenced = [], not fenced
+        elif fenced:
+            block.append(line)
+    return commands
+
+
 @pytest.mark.parametrize("doc", USER_DOCS, ids=lambda p: p.name)
 def test_chart_values_and_run_parameters_in_examples_exist(doc: Path) -> None:
+    """A helm ``--set`` names a value of the chart; any other ``--set`` (``gagar train`` and
+    ``gagar run`` take ``--set PATH=VALUE``) names a training setting."""
     text = doc.read_text()
-    keys = re.findall(r"--set(?:-file)? ([A-Za-z][\w.]*)=", text)
-    assert keys, "the examples set no values"
-    for key in keys:
+    chart = [key for command in _helm_commands(text) for key in _SET.findall(command)]
+    chart += re.findall(r"--set-file ([A-Za-z][\w.]*)=", text)  # helm's alone, in prose too
+    assert chart, "the examples set no chart values"
+    for key in chart:
         assert _values_has(key), f"{doc.name}: --set {key} is not a value of the chart"
+    # the rest: gagar train and gagar run's --set (PATH=VALUE is a placeholder)
+    settings = [key for key in _SET.findall(text) if key not in chart and not key.isupper()]
+    for key in settings:
+        try:
+            setting_field(key)
+        except ValueError:
+            pytest.fail(f"{doc.name}: --set {key} is neither in a helm command nor a training setting")
     names = {p.name for p in PARAMETERS}
     for name in re.findall(r"recurringRun\.parameters\.(\w+)", text):
         assert name in names, f"{doc.name}: {name} is not a pipeline parameter"
