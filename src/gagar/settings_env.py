@@ -20,14 +20,14 @@ from pydantic.fields import FieldInfo
 __all__ = ["check_environment", "families", "unknown_settings"]
 
 
-def families() -> dict[str, type[BaseModel]]:
-    """``GAGAR_<NAME>__`` prefix -> the settings model whose fields it sets."""
+def families(train_config: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """``GAGAR_<NAME>__`` prefix -> the settings model whose fields it sets; ``train_config``'s
+    sections each have their own (:class:`gagar.train.config.TrainConfig`, passed in by its module)."""
     from gagar.sandbox.hacks import JudgeConfig
     from gagar.sandbox.k8s.config import KubernetesSandboxConfig
     from gagar.sandbox.limits import SandboxLimits
     from gagar.sandbox.local import LocalSandboxSettings
     from gagar.storage.settings import StorageSettings
-    from gagar.train.config import TrainConfig
 
     found: dict[str, type[BaseModel]] = {
         "GAGAR_LIMITS__": SandboxLimits,
@@ -36,7 +36,7 @@ def families() -> dict[str, type[BaseModel]]:
         "GAGAR_JUDGE__": JudgeConfig,
         "GAGAR_STORAGE__": StorageSettings,
     }
-    for name, info in TrainConfig.model_fields.items():
+    for name, info in train_config.model_fields.items():
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
             prefix = f"GAGAR_{name.upper()}__"
             if prefix in found:
@@ -66,9 +66,9 @@ def _known(model: type[BaseModel], key: str) -> bool:
     return False
 
 
-def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+def unknown_settings(environ: Mapping[str, str], train_config: type[BaseModel]) -> list[str]:
     """The ``GAGAR_<NAME>__…`` variables of ``environ`` that no settings class reads, each with a hint."""
-    known = families()
+    known = families(train_config)
     problems = []
     for variable in sorted(environ):
         if not variable.startswith("GAGAR_") or "__" not in variable:
@@ -87,13 +87,14 @@ def unknown_settings(environ: Mapping[str, str]) -> list[str]:
     return problems
 
 
-def check_environment(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a ``GAGAR_<NAME>__`` variable no settings class reads.
+def check_environment(train_config: type[BaseModel], environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``GAGAR_<NAME>__`` variable no settings class reads (``train_config``'s sections
+    included).
 
     Raises:
         ValueError: one line naming the first unknown variable (and how many more there are).
     """
-    problems = unknown_settings(os.environ if environ is None else environ)
+    problems = unknown_settings(os.environ if environ is None else environ, train_config)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ValueError(f"unknown setting in the environment: {problems[0]}{more}")

@@ -8,11 +8,11 @@ import re
 import pytest
 
 from gagar.settings_env import check_environment, families, unknown_settings
-from gagar.train.config import load_config
+from gagar.train.config import TrainConfig, load_config
 
 
 def test_each_settings_class_has_a_prefix_of_its_own() -> None:
-    found = families()
+    found = families(TrainConfig)
     assert len(set(found.values())) == len(found)
     for prefix in ("GAGAR_LIMITS__", "GAGAR_LOCAL_SANDBOX__", "GAGAR_KUBERNETES__", "GAGAR_SANDBOX__",
                    "GAGAR_ROLLOUT__", "GAGAR_STORAGE__"):  # fmt: skip
@@ -34,7 +34,7 @@ def test_an_unknown_variable_is_refused_with_a_hint(variable: str, hint: str) ->
     with pytest.raises(
         ValueError, match=f"unknown setting in the environment: {re.escape(variable)}: .*{re.escape(hint)}"
     ):
-        check_environment({variable: "1"})
+        check_environment(TrainConfig, {variable: "1"})
 
 
 def test_known_variables_pass() -> None:
@@ -51,13 +51,13 @@ def test_known_variables_pass() -> None:
         "GAGAR_KFP_HOST": "http://kfp",
         "HOME": "/root",
     }
-    assert unknown_settings(environ) == []
-    check_environment(environ)
+    assert unknown_settings(environ, TrainConfig) == []
+    check_environment(TrainConfig, environ)
 
 
 def test_every_unknown_variable_is_counted() -> None:
     with pytest.raises(ValueError, match=r"\(and 1 more\)"):
-        check_environment({"GAGAR_ROLLOUT__GROUP_SIZ": "4", "GAGAR_LIMITS__WALLTIME": "3"})
+        check_environment(TrainConfig, {"GAGAR_ROLLOUT__GROUP_SIZ": "4", "GAGAR_LIMITS__WALLTIME": "3"})
 
 
 def test_load_config_refuses_a_typo_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

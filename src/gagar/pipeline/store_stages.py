@@ -82,8 +82,9 @@ def step_config(settings: Settings) -> Any:
     ``GAGAR_<NAME>__`` variable of the task's environment that no settings class reads is refused."""
     from gagar.pipeline.parameters import config_from_parameters
     from gagar.settings_env import check_environment
+    from gagar.train.config import TrainConfig
 
-    check_environment()
+    check_environment(TrainConfig)
     return config_from_parameters(settings, run_dir=scratch_root())
 
 

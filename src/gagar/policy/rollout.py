@@ -27,7 +27,17 @@ from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
 if TYPE_CHECKING:
     from gagar.policy.demos import DemoAnswer, Demonstration
-    from gagar.policy.sft import SFTConfig
+
+
+class DemoBudget(Protocol):
+    """What building demonstrations reads of an SFT run's settings (:class:`gagar.policy.sft.SFTConfig`)."""
+
+    max_prompt_tokens: int
+    max_answer_tokens: int
+    correction_share: float
+    noise_kinds: Sequence[str]
+    seed: int
+
 
 __all__ = [
     "Agent",
@@ -169,7 +179,7 @@ class Agent(Protocol):
         ...
 
     def demonstrations(
-        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, budget: DemoBudget
     ) -> tuple[list[Demonstration], Counter[str]]:
         """SFT demonstrations in the agent's format from the tasks' answers, and their counts."""
         ...
@@ -195,12 +205,12 @@ class SingleShotAgent:
         return ()
 
     def demonstrations(
-        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, budget: DemoBudget
     ) -> tuple[list[Demonstration], Counter[str]]:
         from gagar.policy.demos import tokenize_demos
 
         demos, dropped = tokenize_demos(
-            answers, tokenizer, config.max_prompt_tokens, config.max_answer_tokens
+            answers, tokenizer, budget.max_prompt_tokens, budget.max_answer_tokens
         )
         return demos, Counter({"dropped_too_long": dropped})
 
@@ -249,12 +259,12 @@ class ToolLoopAgent:
         return (SYSTEM_PROMPT, " ".join(COMMANDS), "edit applied passed failed submitted")
 
     def demonstrations(
-        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, config: SFTConfig
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, budget: DemoBudget
     ) -> tuple[list[Demonstration], Counter[str]]:
         from gagar.policy.tool_demos import tool_loop_demos
 
         return tool_loop_demos(
-            answers, tokenizer, self.settings, config.correction_share, config.noise_kinds, config.seed
+            answers, tokenizer, self.settings, budget.correction_share, budget.noise_kinds, budget.seed
         )
 
     def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:

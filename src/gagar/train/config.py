@@ -328,7 +328,7 @@ def load_config(
     """
     from gagar.settings_env import check_environment
 
-    check_environment()
+    check_environment(TrainConfig)
     token = _FILE_VALUES.set(_read_file(path) if path is not None else {})
     try:
         return TrainConfig(**(overrides or {}))
