@@ -221,7 +221,9 @@ def test_store_credentials_only_where_the_store_is_used_and_gpus_where_asked() -
         gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
         assert gpus == ("1" if spec.name in ("rollout", "train") else None), spec.name
     cpu_only = templates(build_workflow(platform=PlatformOptions(gpus=(), store_secret=None)))
-    assert all("resources" not in t.get("container", {"resources": 1}) for t in list(cpu_only.values())[1:])
+    for template in list(cpu_only.values())[1:]:  # CPU and memory only, requested and limited
+        resources = template["container"]["resources"]
+        assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}, template["name"]
     assert all(
         "secretKeyRef" not in e.get("valueFrom", {})
         for t in list(cpu_only.values())[1:]
