@@ -25,16 +25,17 @@ def test_two_rl_steps_refill_publish_checkpoints_metrics_and_reports(
     policy, tasks = inputs
     storage = str(tmp_path / "store")
     arguments = {
-        "model": str(policy),
+        "policy": str(policy),
         "tasks": str(tasks),
         "storage": storage,
-        "group_size": 2,
-        "train_batch_groups": 2,
-        "gen_batch_groups": 2,
-        "max_new_tokens": 16,
-        "minibatch_size": 4,
+        "rollout_group_size": 2,
+        "rollout_train_batch_groups": 2,
+        "rollout_gen_batch_groups": 2,
+        "rollout_max_gen_batches": 2,
+        "rollout_max_new_tokens": 16,
+        "optim_minibatch_size": 4,
         "sandbox_backend": "local",
-        "sandbox_workers": 2,
+        "sandbox_workers": "2",
     }
     result = run_local(arguments, out=tmp_path / "out", steps=2, max_gen_batches=2)
 
@@ -72,16 +73,16 @@ def test_warm_and_cold_stages_run_the_same_step(inputs: tuple[Path, Path], tmp_p
     runs = {}
     for warm in (True, False):
         arguments = {
-            "model": str(policy),
+            "policy": str(policy),
             "tasks": str(tasks),
             "storage": str(tmp_path / f"store-{warm}"),
-            "group_size": 2,
-            "train_batch_groups": 1,
-            "gen_batch_groups": 2,
-            "max_new_tokens": 16,
-            "minibatch_size": 4,
+            "rollout_group_size": 2,
+            "rollout_train_batch_groups": 1,
+            "rollout_gen_batch_groups": 2,
+            "rollout_max_new_tokens": 16,
+            "optim_minibatch_size": 4,
             "sandbox_backend": "local",
-            "sandbox_workers": 2,
+            "sandbox_workers": "2",
         }
         runs[warm] = run_local(arguments, out=tmp_path / f"out-{warm}", steps=1, max_gen_batches=1, warm=warm)
     warm_row, cold_row = (
