@@ -92,6 +92,12 @@ def _storage(settings: Settings) -> str:
     return store.normalise_storage(str(settings["storage"]))
 
 
+def _reference(settings: Settings, name: str) -> str:
+    """The ``tasks`` or ``policy`` parameter as given: a path, or a store URI (``s3://…``) that the
+    config's ``Path`` field would fold to ``s3:/…``."""
+    return str(settings[name])
+
+
 @contextmanager
 def _timed(metrics: dict[str, float], phase: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -129,9 +135,9 @@ def prepare(*, settings: Settings, tasks: str) -> Any:
 
     config = step_config(settings)
     with tempfile.TemporaryDirectory() as tmp:
-        local = store.fetch_file(str(config.tasks), Path(tmp) / config.tasks.name)
+        local = store.fetch_file(_reference(settings, "tasks"), Path(tmp) / config.tasks.name)
         records.write_records(tasks, load_tasks(local))
-    start = store.resolve_start(_storage(settings), str(config.policy))
+    start = store.resolve_start(_storage(settings), _reference(settings, "policy"))
     log.info("step %d samples from %s", start.step, start.policy)
     return start
 
@@ -376,7 +382,7 @@ def update(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "checkpoints"
         root.mkdir()
-        initial = str(config.policy)
+        initial = _reference(settings, "policy")
         reference = store.fetch_policy(initial, Path(tmp) / "base") if config.optim.loss.kl_coef > 0 else None
         if is_checkpoint(policy, storage):
             model_dir = store.restore_checkpoint(policy, root) / "model"  # its optimizer state continues
