@@ -8,6 +8,7 @@ parameters an uninterrupted run reaches.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,9 +22,11 @@ import numpy as np
 import pytest
 
 from fixtures.policy import untrained_policy_and_tasks
+from gagar.pipeline.parameters import parameters_from_config
 from gagar.records import read_records, write_records
 from gagar.schema.batch import BatchEntry
 from gagar.schema.trajectory import Trajectory
+from gagar.train.config import TrainConfig
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +42,14 @@ An update moves the weights by more than 100 times this."""
 def batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny policy, 8 of its own trajectories (two tasks, groups of 4) and a train batch of them."""
     from gagar.stages import rollout_stage
+    from gagar.train.config import RolloutSettings
 
     root = tmp_path_factory.mktemp("ddp")
     policy, tasks = untrained_policy_and_tasks(root)
     trajectories = root / "trajectories.jsonl"
+    sampling = RolloutSettings(group_size=4, max_new_tokens=12)
     rollout_stage(
-        policy=policy, tasks=tasks, out=trajectories, step=0, groups=None, group_size=4, max_new_tokens=12,
+        policy=policy, tasks=tasks, out=trajectories, settings=sampling, step=0, seed=0, every_task=True,
         progress=False,
     )  # fmt: skip
     rows = read_records(trajectories, Trajectory)
@@ -60,14 +65,32 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"policy": policy, "trajectories": trajectories, "batch": root / "batch.jsonl"}
 
 
-def _command(
-    batch: dict[str, Path], checkpoints: Path, step: int, procs: int, **options: object
-) -> list[str]:
-    update = ["-m", "gagar", "train-update", "--policy", str(batch["policy"]),
+def _settings(batch: dict[str, Path], storage: Path, **options: object) -> dict[str, object]:
+    """The run's pipeline parameters: lr 1e-3, ``options`` of the optimizer (``minibatch_size``,
+    ``epochs``) and the data-parallel ``strategy``, the store at ``storage``."""
+    strategy = options.pop("strategy", "ddp")
+    config = TrainConfig.from_values(
+        {
+            "tasks": "tasks.jsonl",
+            "policy": str(batch["policy"]),
+            "optim": {"lr": 1e-3, **options},
+            "distributed": {"strategy": strategy},
+        }
+    )
+    return {**parameters_from_config(config), "storage": str(storage)}
+
+
+def _command(batch: dict[str, Path], storage: Path, step: int, procs: int, **options: object) -> list[str]:
+    """``gagar train-update`` of ``step`` on ``procs`` processes, publishing to the store ``storage``:
+    step 0 from the initial policy, a later step from the store's checkpoint of the step before
+    (its weights and optimizer state)."""
+    storage.mkdir(parents=True, exist_ok=True)
+    settings = storage.parent / f"{storage.name}-settings-{step}.json"
+    settings.write_text(json.dumps(_settings(batch, storage, **options)), encoding="utf-8")
+    policy = str(batch["policy"]) if step == 0 else f"{storage}/checkpoints/step-{step - 1:06d}"
+    update = ["-m", "gagar", "train-update", "--settings", str(settings), "--policy", policy,
               "--trajectories", str(batch["trajectories"]), "--batch", str(batch["batch"]),
-              "--checkpoints", str(checkpoints), "--step", str(step), "--lr", "1e-3"]  # fmt: skip
-    for key, value in options.items():
-        update += [f"--{key.replace('_', '-')}", str(value)]
+              "--step", str(step)]  # fmt: skip
     if procs == 1:
         return [sys.executable, *update]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
@@ -84,10 +107,10 @@ def _run(command: list[str]) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def _weights(checkpoints: Path, step: int) -> dict[str, np.ndarray]:
+def _weights(storage: Path, step: int) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
-    model = checkpoints / f"step-{step:06d}" / "model"
+    model = storage / "checkpoints" / f"step-{step:06d}" / "model"
     return {k: v for f in sorted(model.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
 
 
@@ -116,7 +139,8 @@ def test_two_ranks_update_the_parameters_one_process_does(
         one, two = _weights(tmp_path / "one", step), _weights(tmp_path / "two", step)
         assert _max_difference(one, initial) > 100 * TOLERANCE  # the update moved the weights
         assert _max_difference(one, two) <= TOLERANCE * (step + 1)
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [f"step-{s:06d}" for s in steps]  # once
+    published = sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir())
+    assert published == [f"step-{s:06d}" for s in steps]  # once, by rank 0
 
 
 def _weights_of(model_dir: Path) -> dict[str, np.ndarray]:
@@ -155,7 +179,7 @@ def test_an_update_killed_mid_way_resumes_to_the_uninterrupted_parameters(
     process.wait()
     while any(Path(f"/proc/{pid}").exists() and _alive(pid) for pid in victims):
         time.sleep(0.1)
-    assert not (tmp_path / "killed" / "step-000001").exists()  # nothing half-written is visible
+    assert not (tmp_path / "killed" / "checkpoints" / "step-000001").exists()  # nothing half-written
 
     _run(_command(batch, tmp_path / "killed", 1, 2, **slow))
     assert _max_difference(_weights(tmp_path / "killed", 1), _weights(tmp_path / "whole", 1)) == 0.0
@@ -179,30 +203,24 @@ def _alive(pid: int) -> bool:
 def test_train_stage_without_kubeflow_trainer_runs_torchrun_in_its_own_pod(
     batch: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A train_runtime on a machine without Kubeflow Trainer (no cluster at all here) falls back to
-    ``torchrun -m gagar train-update --storage …`` on this node, the command a TrainJob's nodes run:
-    inputs staged in the store, checkpoint published by rank 0, metrics read back."""
+    """A ``distributed.runtime`` on a machine without Kubeflow Trainer (no cluster at all here) falls
+    back to ``torchrun -m gagar train-update --settings …`` on this node, the command a TrainJob's
+    nodes run: inputs and settings staged in the store, checkpoint published by rank 0, metrics read
+    back."""
     from gagar.pipeline import store, store_stages
 
-    storage = str(tmp_path / "store")
-    common = {
-        "policy": str(batch["policy"]),
-        "step": 0,
-        "seed": 0,
-        "lr": 1e-3,
-        "epochs": 2,
-        "minibatch_size": 3,
-    }
+    storage = tmp_path / "store"
+    settings = _settings(batch, storage, epochs=2, minibatch_size=3)
+    settings |= {"distributed_runtime": "gagar-torch", "distributed_procs_per_node": 2}
     with caplog.at_level("WARNING"):
         metrics = store_stages.train(
-            storage=storage, model=str(batch["policy"]), trajectories=str(batch["trajectories"]),
-            results="", grades="", batch=str(batch["batch"]), keep_checkpoints=3, select_metrics={},
-            grade_metrics={}, redistribute_metrics={}, summary=str(tmp_path / "summary.md"),
-            runtime="gagar-torch", procs_per_node=2, **common,
+            settings=settings, policy=str(batch["policy"]), trajectories=str(batch["trajectories"]),
+            results="", grades="", batch=str(batch["batch"]), step=0, select_metrics={}, grade_metrics={},
+            redistribute_metrics={}, summary=str(tmp_path / "summary.md"),
         )  # fmt: skip
     assert "no Kubeflow Trainer" in caplog.text
     assert metrics["policy/optimizer_steps"] > 0
-    assert store.latest_step(store.open_store(storage)) == 0
+    assert store.latest_step(store.open_store(str(storage))) == 0
+    assert json.loads((storage / "train" / "step-000000" / "settings.json").read_text()) == settings
     _run(_command(batch, tmp_path / "one", 0, 1, minibatch_size=3, epochs=2))
-    published = Path(storage) / "checkpoints"
-    assert _max_difference(_weights(published, 0), _weights(tmp_path / "one", 0)) <= TOLERANCE
+    assert _max_difference(_weights(storage, 0), _weights(tmp_path / "one", 0)) <= TOLERANCE
