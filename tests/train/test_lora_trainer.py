@@ -10,12 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from fixtures.policy import tiny_sft_config
+from gagar import rl_step
 from gagar.policy.adapter import ADAPTER_FILES, is_adapter_dir, publish_adapter
 from gagar.policy.model import load_policy
 from gagar.records import read_records, write_records
 from gagar.schema.batch import BatchEntry
 from gagar.schema.trajectory import SamplingParams, Trajectory
-from gagar.stages import train_stage
 from gagar.tasks.generate import generate_tasks
 from gagar.tasks.loaders import write_tasks
 from gagar.train.checkpoint import CheckpointManager
@@ -121,14 +121,19 @@ def _train_extra_adapter(run: Path, out: Path) -> Path:
         for i, t in enumerate(read_records(trajectories, Trajectory))
     ]
     write_records(out / "batch.jsonl", entries)
-    train_stage(
-        policy=run / "adapters" / "policy-step-1",
-        trajectories=[trajectories],
-        batch=out / "batch.jsonl",
+    policy = run / "adapters" / "policy-step-1"
+    config = TrainConfig.from_values(
+        {"tasks": "tasks.jsonl", "policy": str(policy), "optim": OptimConfig(lr=1e-2), "lora": LORA}
+    )
+    rl_step.update(
+        config,
+        policy=policy,
+        trajectories=read_records(trajectories, Trajectory),
+        batch=read_records(out / "batch.jsonl", BatchEntry),
         checkpoints=out / "checkpoints",
         step=0,
-        optim=OptimConfig(lr=1e-2),
-        lora=LoraSettings(**LORA),
+        policy_version=None,
+        reference=None,
     )
     return out / "checkpoints" / "step-000000" / "model"
 
