@@ -55,16 +55,16 @@ def _embedded_kubeconfig(path: Path) -> str:
 
 def _arguments(root: Path, policy: Path, tasks: Path, backend: str) -> dict[str, Any]:
     return {
-        "model": str(policy),
+        "policy": str(policy),
         "tasks": str(tasks),
         "storage": str(root / "store"),
-        "group_size": 2,
-        "train_batch_groups": 2,
-        "gen_batch_groups": 2,
-        "max_new_tokens": 16,
-        "minibatch_size": 4,
+        "rollout_group_size": 2,
+        "rollout_train_batch_groups": 2,
+        "rollout_gen_batch_groups": 2,
+        "rollout_max_new_tokens": 16,
+        "optim_minibatch_size": 4,
         "sandbox_backend": backend,
-        "sandbox_workers": 2,
+        "sandbox_workers": "2",
     }
 
 

@@ -25,21 +25,22 @@ def test_two_pipeline_steps_advance_the_servers_adapter(sft_run, vllm_server, tm
     tasks, policy = sft_run
     storage = tmp_path / "store"
     arguments = {
-        "model": str(policy),
+        "policy": str(policy),
         "tasks": str(tasks),
         "storage": str(storage),
-        "group_size": 2,
-        "gen_batch_groups": 2,
-        "train_batch_groups": 3,  # more mixed groups than one batch of two tasks can hold: a refill
-        "max_new_tokens": 16,
-        "minibatch_size": 4,
-        "lr": 1e-2,
-        "algo": "grpo",
+        "rollout_group_size": 2,
+        "rollout_gen_batch_groups": 2,
+        "rollout_train_batch_groups": 3,  # more mixed groups than one batch of two tasks can hold: a refill
+        "rollout_max_gen_batches": 2,
+        "rollout_max_new_tokens": 16,
+        "optim_minibatch_size": 4,
+        "optim_lr": 1e-2,
+        "advantage_algo": "grpo",
         "sandbox_backend": "local",
-        "sandbox_workers": 2,
+        "sandbox_workers": "2",
         "rollout_backend": "server",
-        "policy_endpoint": vllm_server.base_url,
-        "lora": True,
+        "rollout_endpoint": vllm_server.base_url,
+        "lora_enabled": True,
         "lora_rank": 8,
         "lora_alpha": 16.0,
     }
