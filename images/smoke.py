@@ -2,7 +2,9 @@
 
 ``make images`` mounts this file read-only into each image and runs it as uid 1000 with no network.
 Each stage builds what it consumes from gagar's own generators (tasks, a tiny untrained policy),
-runs its stage function and checks what it wrote; a failure exits non-zero with the reason.
+runs its pipeline stage functions (:mod:`gagar.pipeline.store_stages`, with the settings mapping a
+run's tasks receive and a store in a temporary folder) and checks what they wrote; a failure exits
+non-zero with the reason.
 """
 
 from __future__ import annotations
@@ -63,15 +65,35 @@ def _generation_batch(root: Path) -> dict[str, Path]:
     }
 
 
-def _select(root: Path, paths: dict[str, Path]) -> Path:
-    from gagar.stages import select_stage
+def _settings(root: Path, tasks: Path, policy: Path | None, **sections: dict) -> dict:
+    """The pipeline parameters every stage takes (what a run's tasks receive), for a store under ``root``."""
+    from gagar.pipeline.parameters import parameters_from_config
+    from gagar.train.config import TrainConfig
 
-    select_stage(
-        trajectories=[paths["trajectories"]],
-        results=[paths["results"]],
-        out=root / "selection.jsonl",
-        train_batch_groups=1,
+    config = TrainConfig.from_values(
+        {
+            "tasks": str(tasks),
+            "policy": str(policy or root / "no-policy"),
+            "rollout": {"group_size": 2, "gen_batch_groups": 2, "train_batch_groups": 1, "max_new_tokens": 8},
+            "sandbox": {"backend": "local"},
+            **sections,
+        }
     )
+    return {**parameters_from_config(config), "storage": str(root / "store")}
+
+
+def _select(root: Path, settings: dict, paths: dict[str, Path]) -> Path:
+    """The batch stored by the gather stage and selected by the select stage, as a pipeline runs them."""
+    from gagar.pipeline import store_stages
+
+    store_stages.gather(
+        settings=settings, step=0, gen_batch=0, trajectories=str(paths["trajectories"]),
+        results=str(paths["results"]), rollout_metrics={}, sandbox_metrics={},
+    )  # fmt: skip
+    store_stages.select(
+        settings=settings, step=0, trajectories=str(root / "selected.jsonl"),
+        results=str(root / "selected-results.jsonl"), selection=str(root / "selection.jsonl"),
+    )  # fmt: skip
     return root / "selection.jsonl"
 
 
@@ -80,24 +102,18 @@ def _lines(path: Path) -> list[dict]:
 
 
 def smoke_rollout(root: Path) -> str:
-    from gagar.stages import rollout_stage
+    from gagar.pipeline import store_stages
 
     tasks, policy = _tasks_and_policy(root, with_policy=True)
-    rollout_stage(
-        policy=policy,
-        tasks=tasks,
-        out=root / "out.jsonl",
-        step=0,
-        groups=2,
-        group_size=2,
-        max_new_tokens=8,
-        backend="hf",
-        progress=False,
-    )
+    settings = _settings(root, tasks, policy)
+    store_stages.rollout(
+        settings=settings, policy=str(policy), tasks=str(tasks), trajectories=str(root / "out.jsonl"), step=0,
+        gen_batch=0,
+    )  # fmt: skip
     rows = _lines(root / "out.jsonl")
     assert len(rows) == 4, rows
     assert all("model_patch" in r for r in rows), rows
-    return f"sampled {len(rows)} trajectories (2 groups of 2) with transformers"
+    return f"the rollout stage sampled {len(rows)} trajectories (2 groups of 2) with transformers"
 
 
 def smoke_sandbox(root: Path) -> str:
@@ -121,53 +137,57 @@ def smoke_sandbox(root: Path) -> str:
 
 
 def smoke_grader(root: Path) -> str:
-    from gagar.stages import grade_stage
+    from gagar.pipeline import store_stages
 
     paths = _generation_batch(root)
-    grade_stage(
-        tasks=paths["tasks"],
-        trajectories=[paths["trajectories"]],
-        results=[paths["results"]],
-        out=root / "grades.jsonl",
-        workspace=root / "ws",
-        grader="heuristic",
-        selection=_select(root, paths),
-        progress=False,
-    )
+    settings = _settings(root, paths["tasks"], None, advantage={"algo": "gagar"})
+    selection = _select(root, settings, paths)
+    store_stages.grade(
+        settings=settings, tasks=str(paths["tasks"]), trajectories=str(root / "selected.jsonl"),
+        results=str(root / "selected-results.jsonl"), selection=str(selection),
+        grades=str(root / "grades.jsonl"),
+    )  # fmt: skip
     grades = _lines(root / "grades.jsonl")
     assert [g["group_id"] for g in grades] == ["a"], grades
-    return f"heuristic grader ranked group a: {grades[0]['ranking']}"
+    return f"gather, select and grade stages: the heuristic grader ranked group a: {grades[0]['ranking']}"
 
 
 def smoke_redistribute(root: Path) -> str:
-    from gagar.stages import redistribute_stage
+    from gagar import rl_step
+    from gagar.pipeline import store_stages
+    from gagar.records import read_records, write_records
+    from gagar.schema import TestResult, Trajectory
+    from gagar.train.config import RolloutSettings
 
     paths = _generation_batch(root)
-    metrics = redistribute_stage(
-        selection=_select(root, paths), grades=None, out=root / "batch.jsonl", algo="grpo"
+    settings = _settings(root, paths["tasks"], None, advantage={"algo": "grpo"})
+    batch = rl_step.generation_batch(
+        read_records(paths["trajectories"], Trajectory), read_records(paths["results"], TestResult)
     )
+    chosen = rl_step.select([batch], RolloutSettings(train_batch_groups=1, max_gen_batches=1))
+    write_records(root / "selection.jsonl", [chosen.kept_batch])
+    (root / "grades.jsonl").write_text("")
+    metrics = store_stages.redistribute(
+        settings=settings, selection=str(root / "selection.jsonl"), grades=str(root / "grades.jsonl"),
+        batch=str(root / "batch.jsonl"), credit=str(root / "credit.md"),
+    )  # fmt: skip
     rows = _lines(root / "batch.jsonl")
     assert len(rows) == 3, rows
-    return f"GRPO advantages of {len(rows)} trajectories; {len(metrics)} metrics"
+    return f"the redistribute stage: GRPO advantages of {len(rows)} trajectories; {len(metrics)} metrics"
 
 
 def smoke_train(root: Path) -> str:
+    from gagar.pipeline import store_stages
     from gagar.records import write_records
     from gagar.schema import Status, TestResult
-    from gagar.stages import redistribute_stage, rollout_stage, select_stage, train_stage
 
     tasks, policy = _tasks_and_policy(root, with_policy=True)
-    rollout_stage(
-        policy=policy,
-        tasks=tasks,
-        out=root / "traj.jsonl",
-        step=0,
-        groups=1,
-        group_size=2,
-        max_new_tokens=8,
-        backend="hf",
-        progress=False,
-    )
+    settings = _settings(root, tasks, policy, advantage={"algo": "grpo"})
+    settings["rollout_gen_batch_groups"] = 1
+    store_stages.rollout(
+        settings=settings, policy=str(policy), tasks=str(tasks), trajectories=str(root / "traj.jsonl"),
+        step=0, gen_batch=0,
+    )  # fmt: skip
     rows = _lines(root / "traj.jsonl")
     results = [  # one passes, one fails: a group with something to learn
         TestResult(
@@ -179,24 +199,23 @@ def smoke_train(root: Path) -> str:
         for i, r in enumerate(rows)
     ]
     write_records(root / "results.jsonl", results)
-    select_stage(
-        trajectories=[root / "traj.jsonl"],
-        results=[root / "results.jsonl"],
-        out=root / "sel.jsonl",
-        train_batch_groups=1,
-    )
-    redistribute_stage(selection=root / "sel.jsonl", grades=None, out=root / "batch.jsonl", algo="grpo")
-    metrics = train_stage(
-        policy=policy,
-        trajectories=[root / "traj.jsonl"],
-        batch=root / "batch.jsonl",
-        checkpoints=root / "checkpoints",
-        step=0,
-    )
-    written = sorted(p.name for p in (root / "checkpoints").iterdir())
+    paths = {"trajectories": root / "traj.jsonl", "results": root / "results.jsonl"}
+    selection = _select(root, settings, paths)
+    (root / "grades.jsonl").write_text("")
+    store_stages.redistribute(
+        settings=settings, selection=str(selection), grades=str(root / "grades.jsonl"),
+        batch=str(root / "batch.jsonl"), credit=str(root / "credit.md"),
+    )  # fmt: skip
+    metrics = store_stages.train(
+        settings=settings, policy=str(policy), trajectories=str(root / "selected.jsonl"),
+        results=str(root / "selected-results.jsonl"), grades=str(root / "grades.jsonl"),
+        batch=str(root / "batch.jsonl"), step=0, select_metrics={}, grade_metrics={}, redistribute_metrics={},
+        summary=str(root / "summary.md"), model=str(root / "model.json"),
+    )  # fmt: skip
+    written = sorted(p.name for p in (root / "store" / "checkpoints").iterdir())
     assert written == ["step-000000"], written
     loss = {k: round(v, 4) for k, v in metrics.items() if k.startswith("loss/")}
-    return f"one policy update wrote checkpoint {written[0]} ({loss})"
+    return f"the train stage published checkpoint {written[0]} to the store ({loss})"
 
 
 SMOKES = {
