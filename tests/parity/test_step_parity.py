@@ -16,6 +16,7 @@ estimators that use a grader, which are the ones whose stages the pipeline could
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,16 @@ def _assert_same(reference: Step, other: Step, runner: str) -> None:
         assert other.metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), f"{runner}: {key}"
 
 
+def _clean(run: Callable[[Path], Step], root: Path) -> Step:
+    """``run``'s step, run again (in a fresh folder) when the sandbox failed for the platform's
+    reasons: an infra error is the machine's doing, not the step's, and is not what is compared."""
+    for attempt in range(3):
+        step = run(root / f"attempt-{attempt}")
+        if step.metrics.get("sampling/infra_error_trajectories", 0.0) == 0.0:
+            return step
+    raise AssertionError(f"{root.name}: the sandbox kept failing for the platform's reasons")
+
+
 def _runners(algo: Estimator) -> tuple[str, ...]:
     return RUNNERS if algo.uses_grader else ("kfp-warm",)
 
@@ -184,18 +195,18 @@ def _runners(algo: Estimator) -> tuple[str, ...]:
 def test_every_runner_runs_the_same_step(
     algo: Estimator, agent: AgentKind, tasks_file: Path, tmp_path: Path
 ) -> None:
-    reference = _in_process(_config(tasks_file, tmp_path / "train", algo, agent))
+    reference = _clean(lambda root: _in_process(_config(tasks_file, root / "train", algo, agent)), tmp_path)
     if agent is AgentKind.SINGLE:
         assert reference.kept, "the step kept no group: nothing to compare"
     else:  # conversations of several turns were sampled (the shipped policy resolves none of them)
         assert reference.metrics["rollout/turns_mean"] > 1
     for runner in _runners(algo):
-        config = _config(tasks_file, tmp_path / runner / "train", algo, agent)
-        if runner == "argo":
-            step = _argo(config, tmp_path / runner)
-        else:
-            step = _kfp(config, tmp_path / runner, warm=runner == "kfp-warm")
-        _assert_same(reference, step, runner)
+
+        def run(root: Path, runner: str = runner) -> Step:
+            config = _config(tasks_file, root / "train", algo, agent)
+            return _argo(config, root) if runner == "argo" else _kfp(config, root, warm=runner == "kfp-warm")
+
+        _assert_same(reference, _clean(run, tmp_path / runner), runner)
     if algo.uses_grader and agent is AgentKind.SINGLE:
         # the mixed groups' passing members were ranked and credit moved, through every runner alike
         assert reference.grades
