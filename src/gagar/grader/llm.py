@@ -30,11 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, Strict, Validati
 
 from gagar.grader import tools
 from gagar.grader.base import GraderFailure, Ranking
-from gagar.grader.llm_client import ChatClient
+from gagar.grader.llm_client import ChatModel
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import SandboxBackend
 
 __all__ = [
+    "CONCURRENCY",
+    "MAX_CANDIDATES",
     "MAX_TURNS",
     "SYSTEM_PROMPT",
     "TOOL_NAMES",
@@ -289,23 +291,40 @@ def user_prompt(
 MAX_TURNS = 8
 """Most tool-calling turns of one grading (``grader.max_turns``'s default)."""
 
+MAX_CANDIDATES = 8
+"""Most candidates one grading shows the model (the largest groups of its transcripts); a larger
+group is ranked in chunks and merged (:mod:`gagar.grader.split`)."""
+
+CONCURRENCY = 16
+"""Gradings :func:`gagar.grader.run.make_grader`'s LLM grader runs at once: every group of a step in
+both candidate orders, decoded together by one warm server."""
+
 
 class LLMGrader:
-    """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools."""
+    """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools.
+
+    ``concurrency`` conversations may run at once (the client is thread-safe); ``max_candidates`` is
+    the most candidates one conversation shows.
+    """
 
     name = "llm"
     version = VERSION
 
     def __init__(
         self,
-        client: ChatClient,
+        client: ChatModel,
         *,
         max_turns: int = MAX_TURNS,
         request_timeout_s: float = 60.0,
         total_timeout_s: float = 300.0,
         tool_output_chars: int = 4000,
         backend: SandboxBackend | None = None,
+        concurrency: int = 1,
+        max_candidates: int = MAX_CANDIDATES,
     ) -> None:
+        if concurrency < 1 or max_candidates < 2:
+            raise ValueError(f"concurrency >= 1 and max_candidates >= 2, got {concurrency}, {max_candidates}")
+        self.concurrency, self.max_candidates = concurrency, max_candidates
         self.client = client
         self.max_turns, self.backend = max_turns, backend
         self.request_timeout_s, self.total_timeout_s = request_timeout_s, total_timeout_s

@@ -260,6 +260,14 @@ class _Reversed:
     def version(self) -> str:
         return self.inner.version
 
+    @property
+    def concurrency(self) -> int:
+        return self.inner.concurrency
+
+    @property
+    def max_candidates(self) -> int | None:
+        return self.inner.max_candidates
+
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Any:
         return self.inner.rank(ws, list(order)[::-1])
 
