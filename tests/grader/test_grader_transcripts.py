@@ -48,7 +48,7 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     assert list(one.aliases.values()) != list(other.aliases.values())  # the order is shuffled per example
     roles = [m["role"] for m in one.messages]
     assert roles[:2] == ["system", "user"]
-    assert roles[2:] == ["assistant", "user"] * 4 + ["assistant"]
+    assert roles[2:] == ["assistant", "user"] * len(OVERVIEW_TOOLS) + ["assistant"]
     assert json.loads(one.messages[2]["content"]) == {"tool": OVERVIEW_TOOLS[0]}
     results = [m["content"] for m in one.messages if m["content"].startswith("TOOL RESULT")]
     assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OVERVIEW_TOOLS]
