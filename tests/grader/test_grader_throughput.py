@@ -29,7 +29,7 @@ class TeacherModel:
 
     ``barrier`` (when given) holds every first turn until that many conversations have started, so a
     grading that runs alone waits in vain and fails; ``shown`` records the candidates of each grading;
-    a task whose id is in ``broken`` gets prose instead of JSON.
+    a task whose statement starts with one of ``broken`` gets prose instead of JSON.
     """
 
     def __init__(self, barrier: threading.Barrier | None = None, broken: Sequence[str] = ()) -> None:
@@ -39,7 +39,7 @@ class TeacherModel:
 
     def next_message(self, messages: list[dict[str, str]], timeout: float) -> str:
         prompt = messages[1]["content"]
-        if any(task in prompt for task in self.broken):
+        if any(statement in prompt for statement in self.broken):
             return "I think the first one is best."
         if len(messages) == 2:
             with self._lock:
@@ -96,7 +96,8 @@ def test_gradings_that_cannot_overlap_wait_in_vain(tmp_path: Path) -> None:
 
 
 def test_a_failing_group_is_tied_and_counted_while_the_others_rank(tmp_path: Path) -> None:
-    broken = GROUPS[1].task.instance_id
+    broken = " ".join(GROUPS[1].task.problem_statement.split())[:60]
+    assert sum(broken in " ".join(g.task.problem_statement.split()) for g in GROUPS) == 1
     grades, metrics = _grade(TeacherModel(broken=[broken]), tmp_path, concurrency=16)
     by_group = {g.group_id: g for g in grades}
     assert by_group[GROUPS[1].group_id].fallback_reason == "malformed_json"
