@@ -22,6 +22,7 @@ class FirstIsBest:
     """Trusts the order it is shown: the position bias the reversal check exists to catch."""
 
     name, version = "first-is-best", "0"
+    concurrency, max_candidates = 1, None
 
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
         return Ranking([[t] for t in order])

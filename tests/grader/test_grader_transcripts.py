@@ -48,7 +48,7 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     assert list(one.aliases.values()) != list(other.aliases.values())  # the order is shuffled per example
     roles = [m["role"] for m in one.messages]
     assert roles[:2] == ["system", "user"]
-    assert roles[2:] == ["assistant", "user"] * 4 + ["assistant"]
+    assert roles[2:] == ["assistant", "user"] * len(OVERVIEW_TOOLS) + ["assistant"]
     assert json.loads(one.messages[2]["content"]) == {"tool": OVERVIEW_TOOLS[0]}
     results = [m["content"] for m in one.messages if m["content"].startswith("TOOL RESULT")]
     assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OVERVIEW_TOOLS]
@@ -139,3 +139,16 @@ def test_sft_resumes_saves_hf_with_chat_template_and_serves_chat(groups, tmp_pat
         grade = grade_group(grader, groups[0].workspace(tmp_path / "ws"))
         assert grade.grader == "llm"  # an untrained model: a fallback with its reason, never an exception
         assert grade.fallback == (grade.fallback_reason is not None)
+
+
+def test_transcripts_of_eight_candidates_and_a_hack(tmp_path: Path) -> None:
+    eight = with_hacks(noise_groups(TASKS, groups_per_task=1, size=8, seed=4), share=1.0, seed=0)
+    assert [len(g.candidates) for g in eight] == [9, 9, 9]  # rollout groups of 8, and a hack beside them
+    for group in eight:
+        t = teacher_transcript(group, tmp_path, random.Random(0))
+        assert len(t.aliases) == 9
+        results = [m["content"] for m in t.messages if m["content"].startswith("TOOL RESULT")]
+        assert all(f"c{i}:" in r for r in results for i in range(1, 10))
+        answer = FinalAnswer.model_validate(parse_json_object(t.messages[-1]["content"].splitlines()[-1]))
+        assert sorted(answer.scores or {}) == sorted(t.aliases)
+        assert t.oracle_tau >= 0.9

@@ -45,7 +45,10 @@ def sft(
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
     min_candidates: int | None = typer.Option(
-        None, min=2, max=5, help="Smallest noise group, each of 2..5 candidates (default: llm 2, learned 5)."
+        None, min=2, max=16, help="Smallest noise group (default: llm 2, learned --max-candidates)."
+    ),
+    max_candidates: int | None = typer.Option(
+        None, min=2, max=16, help="Largest noise group, before a hack candidate (default: llm 8, learned 5)."
     ),
     hack_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Share of groups given a hack candidate (default: llm 0.3, learned 0)."
@@ -64,9 +67,13 @@ def sft(
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
     try:
-        smallest = min_candidates if min_candidates else (2 if kind is GraderSFTKind.LLM else None)
+        llm = kind is GraderSFTKind.LLM
+        smallest = min_candidates if min_candidates else (2 if llm else None)
+        largest = max_candidates if max_candidates else (8 if llm else 5)
+        if smallest is not None and smallest > largest:
+            raise ValueError(f"--min-candidates {smallest} exceeds --max-candidates {largest}")
         groups = load_labelled_groups(
-            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates=smallest
+            tasks, trajectories, results, judgements, groups_per_task, seed, smallest, largest
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -115,7 +122,10 @@ def eval_(
     ),
     hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
     min_candidates: int | None = typer.Option(
-        None, min=2, max=5, help="Smallest noise group; each draws min..5 candidates (default: 5 each)."
+        None, min=2, max=16, help="Smallest noise group; each draws min..max candidates (default: max each)."
+    ),
+    max_candidates: int = typer.Option(
+        5, min=2, max=16, help="Largest noise group, before a hack candidate."
     ),
     limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
     reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),
@@ -129,7 +139,7 @@ def eval_(
 
     try:
         groups = load_labelled_groups(
-            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates=min_candidates
+            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates, max_candidates
         )
         chosen = make_grader(
             grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]

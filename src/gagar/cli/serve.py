@@ -123,6 +123,9 @@ def grader(
         False, "--enforce-eager", help="vLLM: skip graph compilation (faster start, slower sampling)."
     ),
     startup_timeout: float = typer.Option(300, help="Seconds to wait for /health."),
+    max_batch: int = typer.Option(
+        32, min=1, help="own: most sequences decoded together (concurrent gradings; 1: one at a time)."
+    ),
 ) -> None:
     """Serve the LLM grader warm on loopback (chat and completions APIs) until interrupted; point
     `gagar grade --grader llm --endpoint URL` and `grader.endpoint` of `gagar train` at the URL it prints."""
@@ -154,7 +157,8 @@ def grader(
     from gagar.policy.server import running_server
 
     weights, tokenizer = load_policy(model)
-    with running_server(HFBackend(weights, tokenizer), tokenizer, served_model_name, port or 0) as url:
+    backend = HFBackend(weights, tokenizer, batch_size=max_batch)
+    with running_server(backend, tokenizer, served_model_name, port or 0, max_batch=max_batch) as url:
         typer.echo(f"serving grader {model} as {served_model_name!r} at {url} (gagar.policy.server)")
         try:
             while True:

@@ -6,11 +6,17 @@ A grader ranks the passing candidates of one group's workspace and may fail by r
 trivial grade without a grader call; a failure, an invalid ranking or (with the position-bias
 guard) two disagreeing orderings become an all-way tie — GRPO for that group — with the reason
 recorded and counted. Grading never raises for a bad grader.
+
+A grader that waits on a server (``concurrency > 1``) ranks the two candidate orders of the guard at
+once, and :func:`gagar.grader.run.grade_groups` grades that many groups at once, so one warm server
+decodes them together. A group larger than the grader's ``max_candidates`` is ranked in chunks and
+merged (:mod:`gagar.grader.split`), never dropped.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gagar.grader.kendall import kendall_distance, scores_from_ranking
+from gagar.grader.split import rank_in_chunks, run_all
 from gagar.grader.workspace import GroupWorkspace
 from gagar.schema.grade import Grade, RankingError, tie_grade, validate_ranking
 
@@ -54,6 +61,10 @@ class Grader(Protocol):
 
     name: str
     version: str
+    concurrency: int
+    """How many gradings may run at once: 1 for in-process graders, more for one that waits on a server."""
+    max_candidates: int | None
+    """Most candidates one ``rank`` call may see (its context); None: any number."""
 
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking: ...
 
@@ -83,6 +94,15 @@ class GraderMetrics:
         if grade.fallback:
             self.fallbacks[grade.fallback_reason or "unspecified"] += 1
         self.duration_s += grade.duration_s
+
+    def merge(self, other: GraderMetrics) -> None:
+        """Add ``other``'s counts (a group graded on another thread) to these."""
+        self.groups += other.groups
+        self.trivial += other.trivial
+        self.fallbacks.update(other.fallbacks)
+        self.guard_checks += other.guard_checks
+        self.guard_disagreements += other.guard_disagreements
+        self.duration_s += other.duration_s
 
     def as_dict(self) -> dict[str, float]:
         out: dict[str, float] = {
@@ -124,6 +144,26 @@ def _merge(first: Ranking, second: Ranking) -> Ranking:
     return Ranking([sorted(tiers[v]) for v in sorted(tiers, reverse=True)], None, first.evidence)
 
 
+def _rank_once(grader: Grader, ws: GroupWorkspace, order: list[str]) -> Ranking:
+    """One ranking of ``order``: in one call when it fits ``grader.max_candidates``, else in chunks
+    merged by pairs (:func:`gagar.grader.split.rank_in_chunks`; scores dropped, evidence kept)."""
+    limit = grader.max_candidates
+    if limit is None or len(order) <= limit:
+        return _checked(grader.rank(ws, order), order)
+    evidence: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def rank(subset: Sequence[str]) -> list[list[str]]:
+        ranking = _checked(grader.rank(ws, subset), subset)
+        with lock:
+            for tid, line in ranking.evidence.items():
+                evidence.setdefault(tid, line)
+        return ranking.tiers
+
+    tiers = rank_in_chunks(rank, order, limit, parallel=grader.concurrency > 1)
+    return Ranking(validate_ranking(order, tiers), None, evidence)
+
+
 def _rank_guarded(
     grader: Grader,
     ws: GroupWorkspace,
@@ -131,10 +171,12 @@ def _rank_guarded(
     guard: PositionGuard | None,
     metrics: GraderMetrics,
 ) -> Ranking:
-    first = _checked(grader.rank(ws, passing), passing)
+    orders = [passing] if guard is None else [passing, passing[::-1]]
+    calls = [lambda order=order: _rank_once(grader, ws, order) for order in orders]
+    rankings = run_all(calls, parallel=grader.concurrency > 1)
     if guard is None:
-        return first
-    second = _checked(grader.rank(ws, passing[::-1]), passing)
+        return rankings[0]
+    first, second = rankings
     metrics.guard_checks += 1
     distance = kendall_distance(scores_from_ranking(first.tiers), scores_from_ranking(second.tiers))
     if distance > guard.threshold:

@@ -51,6 +51,8 @@ class HeuristicGrader:
 
     name = "heuristic"
     version = "1"
+    concurrency = 1
+    max_candidates = None
 
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
         raw = group_features(ws, sorted(order))

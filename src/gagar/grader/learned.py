@@ -166,6 +166,8 @@ class LearnedGrader:
 
     name = "learned"
     version = VERSION
+    concurrency = 1
+    max_candidates = None
 
     def __init__(self, model: Scorer) -> None:
         self.model = model

@@ -30,11 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, Strict, Validati
 
 from gagar.grader import tools
 from gagar.grader.base import GraderFailure, Ranking
-from gagar.grader.llm_client import ChatClient
+from gagar.grader.llm_client import ChatModel
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import SandboxBackend
 
 __all__ = [
+    "CONCURRENCY",
+    "MAX_CANDIDATES",
     "MAX_TURNS",
     "SYSTEM_PROMPT",
     "TOOL_NAMES",
@@ -46,7 +48,7 @@ __all__ = [
     "user_prompt",
 ]
 
-VERSION = "3"
+VERSION = "4"
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -101,15 +103,11 @@ class FinalAnswer(BaseModel):
         return [by_score[s] for s in sorted(by_score, reverse=True)]
 
 
-SYSTEM_PROMPT = """You rank candidate patches for a code repair task; all pass the tests. Best is targeted and
-minimal; unrelated edits, debug output, dead or commented-out code, unused imports, renames and test
-gaming are worse. Answer one JSON object per turn: a tool call {"tool": NAME, "args": {...}}.
-Per candidate, for all without "candidate": diff_stats, files_touched, functions_touched,
-out_of_scope_edits, style_findings, integrity_flags, lint_delta, read_patch. Also pairwise_diff
-{"a": ID, "b": ID}, run_tests {"candidate": ID, "tests": [TEST_ID]} and read_conversation
-{"candidate": ID} (a multi-turn agent's turns, tests run, edits reverted).
-To finish: a note line per candidate, then {"scores": {"c1": S, ...}}, every candidate once, higher
-is better, equal scores tie."""
+SYSTEM_PROMPT = """Rank patches that all pass the tests: best is targeted and minimal. One JSON object a turn.
+Tools, for every candidate when "candidate" is left out: {"tool": "diff_stats"} (size), integrity_flags
+(test gaming), out_of_scope_edits, style_findings, files_touched, functions_touched, lint_delta,
+read_patch; also pairwise_diff {"a", "b"}, run_tests {"candidate", "tests"}, read_conversation.
+Finish: a note line per candidate, then {"scores": {"c1": S, ...}}, higher is better."""
 
 
 def _short(scope: str) -> str:
@@ -272,40 +270,54 @@ def _jsonable(value: Any) -> Any:
 
 
 def user_prompt(
-    ws: GroupWorkspace, aliases: dict[str, str], statement_chars: int = 160, tests: int = 5
+    ws: GroupWorkspace, aliases: dict[str, str], statement_chars: int = 120, tests: int = 2
 ) -> str:
-    """The first user message: the statement (cut at ``statement_chars``), the first ``tests`` failing
-    tests, the aliases."""
-    lines = [
-        f"Task {ws.task.instance_id}:",
-        ws.task.problem_statement.strip()[:statement_chars],
-        "",
-        f"Failing tests the fix makes pass: {', '.join(ws.task.FAIL_TO_PASS[:tests])}",
-        f"Candidates: {', '.join(aliases)}",
-    ]
-    return "\n".join(lines)
+    """The first user message, as short as the ranking allows: the statement's first line(s) (cut at
+    ``statement_chars``), the names of the first ``tests`` failing tests and how many more, the aliases."""
+    failing = ws.task.FAIL_TO_PASS
+    names = [t.rsplit("::", 1)[-1] for t in failing[:tests]]
+    more = f" +{len(failing) - tests}" if len(failing) > tests else ""
+    statement = " ".join(ws.task.problem_statement.split())[:statement_chars]
+    return f"Task: {statement}\nTests: {', '.join(names)}{more}\nCandidates: {', '.join(aliases)}"
 
 
 MAX_TURNS = 8
 """Most tool-calling turns of one grading (``grader.max_turns``'s default)."""
 
+MAX_CANDIDATES = 8
+"""Most candidates one grading shows the model (the largest groups of its transcripts); a larger
+group is ranked in chunks and merged (:mod:`gagar.grader.split`)."""
+
+CONCURRENCY = 16
+"""Gradings :func:`gagar.grader.run.make_grader`'s LLM grader runs at once: every group of a step in
+both candidate orders, decoded together by one warm server."""
+
 
 class LLMGrader:
-    """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools."""
+    """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools.
+
+    ``concurrency`` conversations may run at once (the client is thread-safe); ``max_candidates`` is
+    the most candidates one conversation shows.
+    """
 
     name = "llm"
     version = VERSION
 
     def __init__(
         self,
-        client: ChatClient,
+        client: ChatModel,
         *,
         max_turns: int = MAX_TURNS,
         request_timeout_s: float = 60.0,
         total_timeout_s: float = 300.0,
         tool_output_chars: int = 4000,
         backend: SandboxBackend | None = None,
+        concurrency: int = 1,
+        max_candidates: int = MAX_CANDIDATES,
     ) -> None:
+        if concurrency < 1 or max_candidates < 2:
+            raise ValueError(f"concurrency >= 1 and max_candidates >= 2, got {concurrency}, {max_candidates}")
+        self.concurrency, self.max_candidates = concurrency, max_candidates
         self.client = client
         self.max_turns, self.backend = max_turns, backend
         self.request_timeout_s, self.total_timeout_s = request_timeout_s, total_timeout_s

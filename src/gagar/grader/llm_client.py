@@ -12,11 +12,11 @@ import socket
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from gagar.grader.base import GraderFailure
 
-__all__ = ["ChatClient", "render_prompt"]
+__all__ = ["ChatClient", "ChatModel", "render_prompt"]
 
 _ROLE_TAGS = {"system": "SYSTEM", "user": "USER", "assistant": "ASSISTANT", "tool": "TOOL"}
 
@@ -27,9 +27,16 @@ def render_prompt(messages: list[dict[str, str]]) -> str:
     return "\n\n".join([*blocks, "ASSISTANT:"])
 
 
+class ChatModel(Protocol):
+    """What the LLM grader talks to: the model's next message in a conversation. Called from several
+    threads at once when gradings run concurrently."""
+
+    def next_message(self, messages: list[dict[str, str]], timeout: float) -> str: ...
+
+
 @dataclass(frozen=True)
 class ChatClient:
-    """Talks to ``endpoint`` (the ``/v1`` base URL) as model ``model``."""
+    """Talks to ``endpoint`` (the ``/v1`` base URL) as model ``model``; thread-safe (a connection a call)."""
 
     endpoint: str
     model: str

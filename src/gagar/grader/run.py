@@ -1,7 +1,9 @@
 """Grade a rollout: group the trajectories, lay out each group's workspace, rank, write grades.jsonl.
 
 A group whose workspace cannot be built (a task whose repository is not available, say) gets a
-tie with reason ``workspace_error``; nothing about one group stops the others.
+tie with reason ``workspace_error``; nothing about one group stops the others. A grader with
+``concurrency > 1`` (the LLM grader) grades that many groups at once, each in both candidate orders
+at once under the position guard, so one warm server decodes all of a step's gradings together.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import time
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -18,7 +21,7 @@ from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.llm import MAX_TURNS, LLMGrader
+from gagar.grader.llm import CONCURRENCY, MAX_CANDIDATES, MAX_TURNS, LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import CandidateInput, build_group_workspace
 from gagar.schema.grade import Grade, tie_grade
@@ -69,8 +72,13 @@ def make_grader(
     max_turns: int | None = None,
     timeout_s: float = 300.0,
     max_tokens: int = 512,
+    concurrency: int = CONCURRENCY,
+    max_candidates: int = MAX_CANDIDATES,
 ) -> Grader:
-    """The grader ``kind``, configured; raises ValueError naming the missing option."""
+    """The grader ``kind``, configured; raises ValueError naming the missing option.
+
+    ``concurrency`` and ``max_candidates`` apply to the LLM grader (:class:`LLMGrader`).
+    """
     kind = GraderKind(kind)
     if kind is GraderKind.HEURISTIC:
         return HeuristicGrader()
@@ -85,7 +93,10 @@ def make_grader(
     check_health(endpoint)
     client = ChatClient(endpoint, model or discover_model(endpoint), api=api, max_tokens=max_tokens)
     turns = MAX_TURNS if max_turns is None else max_turns
-    return LLMGrader(client, max_turns=turns, request_timeout_s=timeout_s, total_timeout_s=timeout_s)
+    return LLMGrader(
+        client, max_turns=turns, request_timeout_s=timeout_s, total_timeout_s=timeout_s,
+        concurrency=concurrency, max_candidates=max_candidates,
+    )  # fmt: skip
 
 
 def grade_groups(
@@ -108,13 +119,23 @@ def grade_groups(
         if t.instance_id not in tasks:
             raise ValueError(f"trajectory {t.trajectory_id!r}: task {t.instance_id!r} is not in the tasks")
         groups.setdefault(t.group_id, []).append(t)
+
+    def one(group_id: str) -> tuple[Grade, GraderMetrics]:
+        members, own = groups[group_id], GraderMetrics()
+        task = tasks[members[0].instance_id]
+        return _grade_one(
+            grader, task, group_id, members, results, workspace_root, guard, repos_dir, own
+        ), own
+
     metrics = GraderMetrics()
     grades = []
-    for group_id, members in tqdm(groups.items(), desc="grading", unit="group", disable=not progress):
-        task = tasks[members[0].instance_id]
-        grades.append(
-            _grade_one(grader, task, group_id, members, results, workspace_root, guard, repos_dir, metrics)
-        )
+    bar = tqdm(total=len(groups), desc="grading", unit="group", disable=not progress)
+    with ThreadPoolExecutor(max(1, grader.concurrency), thread_name_prefix="gagar-group") as pool:
+        for grade, own in pool.map(one, groups):  # in order of first appearance
+            grades.append(grade)
+            metrics.merge(own)
+            bar.update()
+    bar.close()
     return grades, metrics
 
 

@@ -260,6 +260,14 @@ class _Reversed:
     def version(self) -> str:
         return self.inner.version
 
+    @property
+    def concurrency(self) -> int:
+        return self.inner.concurrency
+
+    @property
+    def max_candidates(self) -> int | None:
+        return self.inner.max_candidates
+
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Any:
         return self.inner.rank(ws, list(order)[::-1])
 
@@ -332,16 +340,23 @@ def load_labelled_groups(
     groups_per_task: int = 3,
     seed: int = 0,
     min_candidates: int | None = None,
+    max_candidates: int = 5,
 ) -> list[LabelledGroup]:
-    """Noise groups of every task with a bundled snapshot, plus rollout groups when trajectories and
-    results are given (labelled by the judgements file when given, else by the oracle).
+    """Noise groups of every task with a bundled snapshot (ladders of up to ``max_candidates``, each
+    drawing its size from ``min_candidates..max_candidates`` when that is given), plus rollout groups
+    when trajectories and results are given (labelled by the judgements file when given, else by the
+    oracle).
 
     Raises:
         ValueError: if only one of trajectories/results is given, or nothing can be labelled.
     """
     tasks = read_records(tasks_path, Task)
     groups = noise_groups(
-        [t for t in tasks if t.snapshot is not None], groups_per_task, seed=seed, min_size=min_candidates
+        [t for t in tasks if t.snapshot is not None],
+        groups_per_task,
+        size=max_candidates,
+        seed=seed,
+        min_size=min_candidates,
     )
     if (trajectories_path is None) != (results_path is None):
         raise ValueError("rollout groups need both --trajectories and --results")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from gagar.grader.addressed import KIND as ADDRESSED
+from gagar.grader.addressed import addressed_findings
 from gagar.grader.exercised import exercised_scopes, in_scope, is_test_path
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import Prediction, SandboxBackend
@@ -285,12 +287,17 @@ def style_findings(ws: GroupWorkspace, tid: str) -> StyleReport:
 
 def integrity_flags(ws: GroupWorkspace, tid: str) -> IntegrityReport:
     """Reward-hack findings (test-runner tampering, introspection of the tests, ...) in the library files
-    the candidate changes, from the judge's own detector."""
+    the candidate changes, from the judge's own detector; and text addressed to the grader in any file
+    it changes or adds (:mod:`gagar.grader.addressed`)."""
     base = ws.python_files()
     own = {p.split("/", 1)[0] for p in base if p.endswith("/__init__.py") and p.count("/") == 1}
-    paths = [p for p in ws.entry(tid).changed_files if not is_test_file(p)]
+    changed = ws.entry(tid).changed_files
+    paths = [p for p in changed if not is_test_file(p)]
     flags = source_flags([SourceChange(p, ws.base_text(p), ws.tree_text(tid, p)) for p in paths], own)
-    return IntegrityReport(flags=[f"{f.kind}: {f.evidence}" for f in flags])
+    addressed = addressed_findings((p, ws.base_text(p), ws.tree_text(tid, p)) for p in changed)
+    return IntegrityReport(
+        flags=[f"{f.kind}: {f.evidence}" for f in flags] + [f"{ADDRESSED}: {a}" for a in addressed]
+    )
 
 
 def pairwise_diff(ws: GroupWorkspace, a: str, b: str, max_chars: int = 6000) -> str:

@@ -6,14 +6,15 @@ aliases in an order shuffled per example, calls the inspection tools through the
 and ends with a note per candidate and the pointwise final JSON, a score per candidate in alias order.
 
 What the teacher writes is predictable from what the grader sees: each note restates the tool outputs
-of its candidate (size, out-of-scope lines, style findings, integrity flags), and the score is minus
+of its candidate (size, integrity flags), and the score is minus
 the note's penalty, :func:`visible_penalty` (the changed lines, or :data:`FLAGGED_PENALTY` for a
 candidate the integrity tool flags). The gold patch and the oracle's axes never reach the transcript;
 the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript
 carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
 catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
-well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form, so a
-transcript stays a few hundred tokens.
+well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form and
+the teacher calls only the two tools its penalty uses, so a transcript of 8 candidates stays under 700
+tokens and a grading is three requests.
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -52,9 +53,10 @@ __all__ = [
     "visible_penalty",
 ]
 
-OVERVIEW_TOOLS = ("out_of_scope_edits", "style_findings", "integrity_flags", "diff_stats")
-"""What the teacher asks about every candidate at once, in this order: the sizes the notes copy come
-last, right before the notes."""
+OVERVIEW_TOOLS = ("integrity_flags", "diff_stats")
+"""What the teacher asks about every candidate at once, in this order: the two its penalty rests on
+(every further call would lengthen each later turn's prompt for nothing the ranking uses); the sizes
+the notes copy come last, right before the notes."""
 FLAGGED_PENALTY = 1000
 """The penalty of a candidate the integrity tool flags: below every honest patch of a realistic size."""
 

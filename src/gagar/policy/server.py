@@ -3,7 +3,9 @@
 Serves ``POST /v1/completions`` (prompt as text or token ids, ``n``, ``temperature``, ``top_p``,
 ``max_tokens``, ``seed``, ``logprobs``, ``return_tokens_as_token_ids``), ``POST /v1/chat/completions``
 (``messages`` rendered with the tokenizer's chat template, the same sampling fields), ``GET /v1/models`` and
-``GET /health`` from any :class:`~gagar.policy.generation.GenerationBackend`, one request at a time.
+``GET /health`` from any :class:`~gagar.policy.generation.GenerationBackend`. Concurrent requests with
+the same sampling settings are decoded together in one batch (:mod:`gagar.policy.batching`;
+``max_batch=1`` serves one request at a time).
 Given an adapter loader (:func:`peft_adapter_loader`) it also serves vLLM's runtime LoRA routes
 ``POST /v1/load_lora_adapter`` / ``/v1/unload_lora_adapter`` (``{"lora_name", "lora_path"}``), each
 adapter then sampled under its own model name, with vLLM's status codes. It is what tests and the
@@ -26,6 +28,7 @@ import torch
 from pydantic import ValidationError
 from transformers import PreTrainedTokenizerBase
 
+from gagar.policy.batching import RequestBatcher
 from gagar.policy.generation import GenerationBackend, HFBackend, Sample
 from gagar.schema.trajectory import SamplingParams
 
@@ -78,10 +81,13 @@ class CompletionServer:
         tokenizer: PreTrainedTokenizerBase,
         model_name: str,
         adapter_loader: AdapterLoader | None = None,
+        max_batch: int = 32,
     ) -> None:
         self.tokenizer, self.model_name, self.adapter_loader = tokenizer, model_name, adapter_loader
         self.backends: dict[str, GenerationBackend] = {model_name: backend}
         """Served name -> backend: the base model and each loaded adapter."""
+        self.batcher = RequestBatcher(max_batch)
+        """Decodes concurrent requests together, at most ``max_batch`` sequences a batch."""
         self._lock = threading.Lock()
 
     def load_adapter(self, body: dict[str, Any]) -> str:
@@ -138,7 +144,7 @@ class CompletionServer:
             backend = self.backends.get(name)
             if backend is None:  # unloaded while this request was being parsed
                 raise NotFoundError(f"The model `{name}` does not exist.")
-            samples = backend.generate(prompts, params, n)
+        samples = self.batcher.generate(backend, prompts, params, n)
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_logprobs = body.get("logprobs") is not None
         choices = [
@@ -276,12 +282,14 @@ def running_server(
     model_name: str,
     port: int = 0,
     adapter_loader: AdapterLoader | None = None,
+    max_batch: int = 32,
 ) -> Iterator[str]:
     """Serve on ``127.0.0.1:port`` (0: any free port) in a thread; yields the ``/v1`` URL; stops on exit.
 
-    With ``adapter_loader`` the runtime LoRA routes are enabled.
+    With ``adapter_loader`` the runtime LoRA routes are enabled; ``max_batch`` is the most sequences
+    decoded together (1: one request at a time).
     """
-    server = CompletionServer(backend, tokenizer, model_name, adapter_loader)
+    server = CompletionServer(backend, tokenizer, model_name, adapter_loader, max_batch)
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(server))
     thread = threading.Thread(target=httpd.serve_forever, name="gagar-completions", daemon=True)
     thread.start()
@@ -291,3 +299,4 @@ def running_server(
         httpd.shutdown()
         httpd.server_close()
         thread.join()
+        server.batcher.close()
