@@ -17,8 +17,11 @@ The pre-RL policy of the default settings ships with the package (:data:`SHIPPED
 (:func:`demo_fingerprint`) and the hash of its weights after the first :data:`PROBE_STEP` steps.
 ``prepare`` copies it instead of training (about 20 minutes on one core) when its settings and
 fingerprint match the code at hand; otherwise it trains as before. Its SFT is bit-exact
-reproducible on the same torch build: one thread, fixed seeds, batches a pure function of
-``(seed, step)``.
+reproducible in one build environment (:func:`build_environment`: the torch build and the CPU
+kernels it dispatches to, transformers, numpy): one thread, fixed seeds, batches a pure function of
+``(seed, step)``. Another CPU instruction set or library version computes other last bits, so the
+recipe keeps the probe hash of each environment the build was reproduced in
+(``gagar policy embedded --record-probe``, after checking the demonstrations are unchanged).
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ __all__ = [
     "SUMS_FILE",
     "EmbeddedDefault",
     "EmbeddedSettings",
+    "build_environment",
     "build_policy",
     "demo_fingerprint",
+    "expected_probes",
     "prepare",
+    "record_probe",
     "shipped_mismatch",
     "weights_sha256",
 ]
@@ -296,9 +302,66 @@ def build_policy(
             "machine": platform.machine(),
             "build_seconds": round(time.perf_counter() - started, 1),
         }
+        recipe["reproduced_in"] = [
+            {"environment": build_environment(), "probe_weights_sha256": recipe["probe_weights_sha256"]}
+        ]
         names = _shipped_files(Path(tmp))
         (Path(tmp) / RECIPE_FILE).write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
         (Path(tmp) / SUMS_FILE).write_text(_sums(Path(tmp), names))
         _copy_files(Path(tmp), out, [*names, RECIPE_FILE, SUMS_FILE])
     log.info("wrote the embedded pre-RL policy to %s", out)
     return recipe
+
+
+def build_environment() -> dict[str, str]:
+    """What the SFT's last bits depend on besides the code and settings: the torch build and the CPU
+    kernels it dispatches to, and the libraries that shape the model and the data order."""
+    import numpy
+    import tokenizers
+    import torch
+    import transformers
+
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "numpy": numpy.__version__,
+        "machine": platform.machine(),
+    }
+
+
+def expected_probes(recipe: dict[str, Any], environment: dict[str, str]) -> list[str]:
+    """The step-``probe_step`` weight hashes a build in ``environment`` must reproduce: the one recorded
+    for that environment, else the shipped build's own (recorded without its environment)."""
+    recorded = [
+        r["probe_weights_sha256"] for r in recipe.get("reproduced_in", []) if r["environment"] == environment
+    ]
+    return recorded or [recipe["probe_weights_sha256"]]
+
+
+def record_probe(folder: Path = SHIPPED_POLICY, settings: EmbeddedSettings | None = None) -> dict[str, Any]:
+    """Reproduce the shipped build up to its probe step in this environment and record the hash in
+    its recipe (``reproduced_in``), replacing this environment's entry. Only after checking the
+    demonstrations are the shipped ones (:func:`shipped_mismatch`): a changed task or demonstration
+    needs a rebuild, not a new probe. Returns the entry.
+
+    Raises:
+        ValueError: the shipped policy does not fit the settings and this code.
+    """
+    s = settings or EmbeddedSettings()
+    why = shipped_mismatch(s, folder)
+    if why is not None:
+        raise ValueError(f"{folder}: {why}; rebuild it with `make embedded` instead of recording a probe")
+    recipe_path = folder / RECIPE_FILE
+    recipe = json.loads(recipe_path.read_text())
+    scratch = Path(tempfile.mkdtemp(prefix="gagar-probe-"))
+    try:
+        probe = build_policy(scratch / "policy", s, until_step=recipe["probe_step"], progress=False)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    entry = {"environment": build_environment(), "probe_weights_sha256": probe["probe_weights_sha256"]}
+    kept = [r for r in recipe.get("reproduced_in", []) if r["environment"] != entry["environment"]]
+    recipe["reproduced_in"] = [*kept, entry]
+    recipe_path.write_text(json.dumps(recipe, indent=2, sort_keys=True) + "\n")
+    return entry

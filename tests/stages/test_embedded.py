@@ -16,7 +16,9 @@ from gagar.embedded import (
     SHIPPED_POLICY,
     SUMS_FILE,
     EmbeddedSettings,
+    build_environment,
     build_policy,
+    expected_probes,
     prepare,
     shipped_mismatch,
 )
@@ -93,6 +95,20 @@ def test_make_embedded_reproduces_the_shipped_weights(tmp_path):
     resuming is bit-exact, so the rest of the run is the same computation)."""
     recipe = json.loads((SHIPPED_POLICY / RECIPE_FILE).read_text())
     again = build_policy(tmp_path / "policy", until_step=recipe["probe_step"], progress=False)
-    assert again["probe_weights_sha256"] == recipe["probe_weights_sha256"], STALE.format(
-        f"`{recipe['command']}` no longer reproduces the weights after {recipe['probe_step']} steps"
+    environment = build_environment()
+    assert again["probe_weights_sha256"] in expected_probes(recipe, environment), STALE.format(
+        f"`{recipe['command']}` no longer reproduces the weights after {recipe['probe_step']} steps in "
+        f"{environment} (if this environment is new and the demonstrations unchanged, "
+        "`gagar policy embedded --record-probe` records its hash)"
     )
+
+
+def test_each_build_environment_has_its_own_probe() -> None:
+    recipe = {
+        "probe_weights_sha256": "shipped",
+        "reproduced_in": [{"environment": {"cpu_capability": "AVX512"}, "probe_weights_sha256": "avx512"}],
+    }
+    assert expected_probes(recipe, {"cpu_capability": "AVX512"}) == ["avx512"]
+    assert expected_probes(recipe, {"cpu_capability": "AVX2"}) == [
+        "shipped"
+    ]  # none recorded: the build's own

@@ -154,6 +154,13 @@ def embedded(
     out: Path | None = typer.Option(
         None, "--out", help="Where to write the policy (default: the shipped gagar/data/embedded-policy)."
     ),
+    record_probe: bool = typer.Option(
+        False,
+        "--record-probe",
+        help="Instead of rebuilding: reproduce the shipped build's first steps in this environment (CPU "
+        "kernels, library versions) and record their weight hash in its recipe, after checking the "
+        "demonstrations are unchanged.",
+    ),
 ) -> None:
     """Build the embedded default's pre-RL policy from scratch, reproducibly (what `make embedded` runs).
 
@@ -161,6 +168,14 @@ def embedded(
     """
     from gagar.embedded import SHIPPED_POLICY, build_policy
 
+    if record_probe:
+        from gagar.embedded import record_probe as record
+
+        entry = record(out or SHIPPED_POLICY)
+        typer.echo(
+            f"recorded step-probe weights {entry['probe_weights_sha256'][:12]}… for {entry['environment']}"
+        )
+        return
     target = out or SHIPPED_POLICY
     recipe = build_policy(target)
     typer.echo(
