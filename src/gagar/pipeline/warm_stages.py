@@ -53,6 +53,14 @@ PRELOAD = (
     "gagar.train.lora",
     "gagar.grader.heuristic",
     "gagar.sandbox.runner",
+    # every stage rebuilds the run's config and checks the environment's settings: the Kubernetes
+    # sandbox settings import the kubernetes client (half a second a task when not preloaded)
+    "gagar.pipeline.parameters",
+    "gagar.settings_env",
+    "gagar.sandbox.k8s.config",
+    "gagar.pipeline.store",
+    "gagar.pipeline.report",
+    "gagar.metrics",
 )
 """What the server imports before it serves (a missing optional package is skipped)."""
 
