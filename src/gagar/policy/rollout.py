@@ -185,11 +185,12 @@ class Agent(Protocol):
         ...
 
 
-class SingleShotAgent:
-    """One SEARCH/REPLACE answer to a compact prompt (:mod:`gagar.policy.agent_format`)."""
+class _AgentBase:
+    """What both agents share: their settings, and evaluation beside generation unless the agent
+    itself uses the sandbox while it samples."""
 
-    samples_conversations = False
-    needs_sandbox = False
+    samples_conversations: bool
+    needs_sandbox: bool
 
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
@@ -197,6 +198,13 @@ class SingleShotAgent:
     @property
     def overlaps_evaluation(self) -> bool:
         return not self.needs_sandbox
+
+
+class SingleShotAgent(_AgentBase):
+    """One SEARCH/REPLACE answer to a compact prompt (:mod:`gagar.policy.agent_format`)."""
+
+    samples_conversations = False
+    needs_sandbox = False
 
     def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
         return max_prompt_tokens + max_answer_tokens
@@ -235,19 +243,12 @@ class SingleShotAgent:
         ]
 
 
-class ToolLoopAgent:
+class ToolLoopAgent(_AgentBase):
     """A conversation of VIEW, SEARCH, EDIT, RUN_TESTS and SUBMIT turns (:mod:`gagar.policy.tool_loop`),
     every conversation of a call advancing one turn per engine call."""
 
     samples_conversations = True
     needs_sandbox = True
-
-    def __init__(self, settings: AgentSettings) -> None:
-        self.settings = settings
-
-    @property
-    def overlaps_evaluation(self) -> bool:
-        return not self.needs_sandbox
 
     def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
         return max(max_prompt_tokens + max_answer_tokens, self.settings.max_tokens)
