@@ -190,8 +190,12 @@ def evaluate(
     tasks: Path = typer.Option(..., "--tasks", exists=True, dir_okay=False, help="Verified tasks (JSONL)."),
     out: Path = typer.Option(..., "--out", help="Folder for trajectories, results, per-answer records."),
     samples: int = typer.Option(1, min=1, help="Answers sampled per task."),
-    temperature: float = typer.Option(1.0, min=0.01, help="Sampling temperature."),
-    max_new_tokens: int = typer.Option(256, min=1, help="Longest answer."),
+    temperature: float | None = typer.Option(
+        None, min=0.01, help="Sampling temperature." + _default(RolloutSettings, "temperature")
+    ),
+    max_new_tokens: int | None = typer.Option(
+        None, min=1, help="Longest answer." + _default(RolloutSettings, "max_new_tokens")
+    ),
     seed: int = typer.Option(0, help="Run seed (with --step, seeds the task draw and the sampling)."),
     workers: int | None = typer.Option(None, min=1, help="Sandbox workers (default: all cores)."),
     agent: AgentKind | None = AGENT_OPTION,
@@ -208,8 +212,18 @@ def evaluate(
         kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
         max_live=max_live,
     )  # fmt: skip
+    sampling = RolloutSettings(
+        **{
+            k: v
+            for k, v in (("temperature", temperature), ("max_new_tokens", max_new_tokens))
+            if v is not None
+        }
+    )
     settings = EvalSettings(
-        samples_per_task=samples, temperature=temperature, max_new_tokens=max_new_tokens, agent=chosen
+        samples_per_task=samples,
+        temperature=sampling.temperature,
+        max_new_tokens=sampling.max_new_tokens,
+        agent=chosen,
     )
     summary = evaluate_policy(
         policy=policy,
