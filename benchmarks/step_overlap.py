@@ -31,9 +31,9 @@ def serial(
     tasks: list[Task], trajectories: Any, sandbox: Any, timings: dict[str, float]
 ) -> rl_step.GeneratedBatch:
     """The order before the overlap: generate the whole batch, then evaluate it."""
-    with rl_step._timed(timings, "perf/rollout_s"):
+    with rl_step.timed(timings, "perf/rollout_s"):
         generated: list[Trajectory] = list(trajectories)
-    with rl_step._timed(timings, "perf/sandbox_s"):
+    with rl_step.timed(timings, "perf/sandbox_s"):
         return rl_step.generation_batch(generated, rl_step.evaluate(tasks, generated, sandbox))
 
 

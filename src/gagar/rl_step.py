@@ -71,6 +71,7 @@ __all__ = [
     "select",
     "select_tasks",
     "tasks_per_call",
+    "timed",
     "update",
 ]
 
@@ -274,13 +275,13 @@ def evaluate_while_generating(
     with ThreadPoolExecutor(1, thread_name_prefix="evaluate") as pool:
         results = pool.submit(evaluate, tasks, arriving(), sandbox)
         try:
-            with _timed(timings, "perf/rollout_s"):
+            with timed(timings, "perf/rollout_s"):
                 for trajectory in trajectories:
                     generated.append(trajectory)
                     handoff.put(trajectory)
         finally:
             handoff.put(None)  # the evaluating thread ends with the stream, even when generation failed
-        with _timed(timings, "perf/sandbox_s"):
+        with timed(timings, "perf/sandbox_s"):
             outcome = results.result()
     timings["perf/sandbox_busy_s"] = timings.get("perf/sandbox_busy_s", 0.0) + (
         time.perf_counter() - started[0] if started else 0.0
@@ -308,9 +309,9 @@ def generate(
 
     if agent_for(config.rollout.agent).overlaps_evaluation:
         return evaluate_while_generating(inputs.tasks, trajectories, inputs.sandbox, timings)
-    with _timed(timings, "perf/rollout_s"):
+    with timed(timings, "perf/rollout_s"):
         generated = list(trajectories)
-    with _timed(timings, "perf/sandbox_s"):
+    with timed(timings, "perf/sandbox_s"):
         return generation_batch(generated, evaluate(inputs.tasks, generated, inputs.sandbox))
 
 
@@ -525,7 +526,8 @@ class StepOutput:
 
 
 @contextmanager
-def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+def timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    """Adds the seconds spent inside the block to ``timings[key]`` (``perf/<phase>_s``)."""
     start = time.perf_counter()
     try:
         yield
@@ -595,19 +597,19 @@ def run_step(
         **sandbox_metrics([r for b in selection.batches for r in b.results]),
         **merge_rollout_metrics(rollout_rows),
     }
-    with _timed(timings, "perf/grade_s"):
+    with timed(timings, "perf/grade_s"):
         grades, grade_metrics = grade(
             config, inputs.grader, inputs.tasks, selection.trajectories, selection.results,
             inputs.workspace, progress=progress,
         )  # fmt: skip
     metrics |= grade_metrics
-    with _timed(timings, "perf/redistribute_s"):
+    with timed(timings, "perf/redistribute_s"):
         batch, advantage_metrics = advantages(config.advantage, selection.kept_batch, grades)
         metrics |= selection.metrics | advantage_metrics
     output = StepOutput(selection=selection, grades=grades, batch=batch, metrics=metrics, timings=timings)
     if before_update is not None:
         before_update(output)
-    with _timed(timings, "perf/train_s"):
+    with timed(timings, "perf/train_s"):
         metrics |= update(
             config,
             policy=inputs.policy,

@@ -17,9 +17,8 @@ import json
 import logging
 import math
 import tempfile
-import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -98,13 +97,9 @@ def _reference(settings: Settings, name: str) -> str:
     return str(settings[name])
 
 
-@contextmanager
-def _timed(metrics: dict[str, float], phase: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        metrics[f"perf/{phase}_s"] = metrics.get(f"perf/{phase}_s", 0.0) + time.perf_counter() - start
+def _timed(metrics: dict[str, float], phase: str) -> AbstractContextManager[None]:
+    """:func:`gagar.rl_step.timed` under the phase's ``perf/<phase>_s`` key."""
+    return rl_step.timed(metrics, f"perf/{phase}_s")
 
 
 def _run_timed(phase: str, call: Callable[[], dict[str, float]]) -> dict[str, float]:

@@ -202,7 +202,7 @@ class Trainer:
         torch_threads = _share_cores_with_the_sandbox(
             c.sandbox.workers if c.sandbox.backend is BackendName.LOCAL else 0
         )
-        with _timed(timings, "perf/rollout_s"):
+        with rl_step.timed(timings, "perf/rollout_s"):
             generator, tokenizer = make_backend(
                 str(policy),
                 RolloutBackend.OPENAI.value if server else c.rollout.backend.value,
@@ -297,19 +297,6 @@ def _share_cores_with_the_sandbox(workers: int | None) -> int:
 def _added(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
     """The two timing dicts with the seconds of shared keys added."""
     return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in a.keys() | b.keys()}
-
-
-class _timed:
-    """Adds the seconds spent inside the block to ``timings[key]``."""
-
-    def __init__(self, timings: dict[str, float], key: str) -> None:
-        self.timings, self.key = timings, key
-
-    def __enter__(self) -> None:
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.start
 
 
 def train(config: TrainConfig, *, resume: bool = False, progress: bool = True) -> list[dict]:
