@@ -19,13 +19,12 @@ import math
 import re
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 __all__ = [
@@ -113,16 +112,6 @@ def _plain(text: str) -> str:
     return text.replace(":class:", "").replace(":func:", "")
 
 
-def _leaves(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
-    for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
-        annotation, _ = _strip_optional(info.annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            yield from _leaves(annotation, f"{path}.")
-        else:
-            yield path, info
-
-
 def _parameter(path: str, info: FieldInfo) -> Parameter:
     annotation, optional = _strip_optional(info.annotation)
     default = info.get_default(call_default_factory=True)
@@ -167,9 +156,9 @@ def _text(value: Any) -> str:
 
 
 def _generate() -> tuple[Parameter, ...]:
-    from gagar.train.config import TrainConfig
+    from gagar.train.config import setting_leaves
 
-    generated = [_parameter(path, info) for path, info in _leaves(TrainConfig) if path not in EXCLUDED]
+    generated = [_parameter(path, info) for path, info in setting_leaves() if path not in EXCLUDED]
     every = [*generated, *PIPELINE_ONLY]
     names = [p.name for p in every]
     clash = sorted({n for n in names if names.count(n) > 1})

@@ -7,6 +7,7 @@ Precedence: command line > environment (``GAGAR_…``, nested with ``__``, e.g.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "parse_overrides",
     "read_yaml_mapping",
     "setting_field",
+    "setting_leaves",
 ]
 
 
@@ -253,20 +255,20 @@ def setting_field(path: str) -> FieldInfo:
     except (KeyError, AttributeError):
         import difflib
 
-        close = difflib.get_close_matches(path, _setting_paths(TrainConfig), n=1)
+        close = difflib.get_close_matches(path, [leaf for leaf, _ in setting_leaves()], n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(f"the training config has no setting {path!r}{hint}") from None
 
 
-def _setting_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
-    paths = []
+def setting_leaves(model: type[BaseModel] = TrainConfig, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every setting of ``model`` that is not a section, by dotted path (``rollout.agent.kind``), in
+    declaration order: what the pipelines' parameters and the ``--set`` hints are made of."""
     for name, info in model.model_fields.items():
         annotation = info.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            paths += _setting_paths(annotation, f"{prefix}{name}.")
+            yield from setting_leaves(annotation, f"{prefix}{name}.")
         else:
-            paths.append(f"{prefix}{name}")
-    return paths
+            yield f"{prefix}{name}", info
 
 
 _FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("gagar_config_file_values", default=None)
