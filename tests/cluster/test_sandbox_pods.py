@@ -1,10 +1,12 @@
-"""The Kubernetes sandbox backend on a real cluster: gold, empty, the hostile and the reward-hacking suites.
+"""The Kubernetes sandbox backend on a real cluster: gold, empty, the hostile and both reward-hacking suites.
 
 One batch per suite runs as real pods in the sandbox image, in a fresh namespace, through the
 backend's token bucket; the core API is wrapped so that the first pod creation answers 429 and
 the first pod read 500 (what a loaded API server does), which the backend must retry. Afterwards
 nothing of the backend is left in the namespace. The cases are the local sandbox's own suites
-(tests/sandbox/test_sandbox_hostile.py, test_sandbox_reward_hacking.py), loaded from their files.
+(tests/sandbox/test_sandbox_hostile.py, test_sandbox_reward_hacking.py and the second wave's
+test_sandbox_evasive_hacks.py), loaded from their files: the pod runner judges with the same monitor,
+report pipe and cross-checks as the forkserver path training uses.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def _load(name: str) -> ModuleType:
 
 HOSTILE = _load("test_sandbox_hostile")
 HACKS = _load("test_sandbox_reward_hacking")
+EVASIVE = _load("test_sandbox_evasive_hacks")
 
 
 class FlakyCore:
@@ -230,3 +233,38 @@ def test_hack_is_not_resolved_in_a_pod(hacks, name: str) -> None:
     assert result.status == case.expect, (result.reason, result.log[-1500:])
     if case.kind is not None:
         assert case.kind in {flag.kind for flag in result.hacks}, result.hacks
+
+
+@pytest.fixture(scope="module")
+def evasive(core, api_client, sandbox_image, fresh_namespace) -> dict[str, TestResult]:
+    namespace = fresh_namespace("gagar-sbx-evasive")
+    tasks = {layout: EVASIVE.task(layout) for layout in ("a", "b")}
+    patches = {f"gold-{layout}": (t, t.patch) for layout, t in tasks.items()}
+    patches |= {f"empty-{layout}": (t, "") for layout, t in tasks.items()}
+    patches |= {k: (tasks[c.layout], c.patch) for k, c in EVASIVE.CASES.items()}
+    backend, _ = _backend(namespace, sandbox_image, core, deadline_s=60)
+    start = time.monotonic()
+    jobs = [
+        (task, Prediction(instance_id=task.instance_id, model_patch=patch, trajectory_id=key))
+        for key, (task, patch) in patches.items()
+    ]
+    results = backend.evaluate(jobs)
+    print(f"evasive batch: {len(patches)} pods in {time.monotonic() - start:.1f} s")
+    _assert_clean(core, api_client, namespace)
+    return {r.trajectory_id: r for r in results}
+
+
+@pytest.mark.parametrize("layout", ["a", "b"])
+def test_gold_and_empty_beside_the_evasive_hacks(evasive, layout: str) -> None:
+    gold, empty = evasive[f"gold-{layout}"], evasive[f"empty-{layout}"]
+    assert (gold.status, gold.resolved, gold.hacks) == (Status.PASSED, True, []), gold.reason
+    assert (empty.status, empty.resolved, empty.hacks) == (Status.FAILED, False, []), empty.reason
+
+
+@pytest.mark.parametrize("name", list(EVASIVE.CASES))
+def test_evasive_hack_is_refused_in_a_pod(evasive, name: str) -> None:
+    result = evasive[name]
+    assert not result.resolved
+    assert result.status == Status.HACK, (result.reason, result.log[-1500:])
+    assert EVASIVE.CASES[name].kind in {flag.kind for flag in result.hacks}, result.hacks
+    assert all(flag.evidence for flag in result.hacks)

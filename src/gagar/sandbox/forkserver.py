@@ -46,7 +46,7 @@ __all__ = ["NONCE_FD", "REPORT_FD", "WORKER_SOURCE", "Worker", "WorkerError", "W
 
 WORKER_SOURCE = resources.files("gagar.sandbox").joinpath("forkserver_worker.py").read_text(encoding="utf-8")
 NONCE_FD, REPORT_FD = 3, 4
-"""Descriptor numbers of the judge's nonce pipe and report pipe (write end) in the test process."""
+"""Descriptor numbers of the judge's nonce pipe and report stream (write end) in the test process."""
 _START_TIMEOUT_S = 60.0
 _SAFE_ARG = re.compile(r"^[\w./:=@,+\-\[\]]+$")
 
@@ -158,7 +158,7 @@ class Worker:
         self, workspace_root: Path, env: Mapping[str, str], args: list[str], fds: tuple[int, int]
     ) -> RunOutcome:
         """Run pytest with ``args`` on the repository of the workspace at ``workspace_root`` (a folder
-        of :attr:`work`), the judge's channel descriptors ``fds`` (nonce pipe, report pipe) at
+        of :attr:`work`), the judge's channel descriptors ``fds`` (nonce pipe, report stream) at
         :data:`NONCE_FD` and :data:`REPORT_FD`; bounded like :func:`gagar.sandbox.process.run_bounded`.
 
         Raises:

@@ -4,7 +4,7 @@ pytest process per evaluation, with pytest already imported (see :mod:`gagar.san
 Standard library only, run by the sandbox's interpreter as a script. Protocol on the control
 socket (file descriptor ``argv[1]``): the worker sends ``ready``; then, per evaluation, the host
 sends one JSON line with three descriptors attached (output pipe, the judge's nonce pipe and the
-report pipe's write end) and the worker answers one JSON line ``{"returncode": N}`` (negative:
+report stream's write end) and the worker answers one JSON line ``{"returncode": N}`` (negative:
 killed by that signal) once the evaluation's processes are gone.
 
 Per evaluation, three processes:
@@ -58,7 +58,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE =
 _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 4, 24
 _REPO, _JUDGE, _WORK = b"/sandbox/repo", b"/sandbox/judge", b"/sandbox/work"
 NONCE_FD, REPORT_FD = 3, 4
-"""Where the test process finds the judge's nonce pipe and report pipe (the env's descriptor numbers)."""
+"""Where the test process finds the judge's nonce pipe and report stream (the env's descriptor numbers)."""
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 

@@ -12,8 +12,9 @@ counts only when its test-runner section changed).
 pytest then runs pinned (:func:`pytest_env`): ``--rootdir`` the repository, ``-c`` the task's own
 root settings file (or the judge's empty one), plugin autoload off, ``PYTHONSAFEPATH`` so the
 working directory is not first on ``sys.path`` when pytest starts, and the judge's plugin
-(:mod:`gagar.sandbox.judge_plugin`) loaded with ``-p``: it writes the report to a file descriptor
-whose file the tested code cannot open, stamped with a nonce it reads from a pipe once, at import.
+(:mod:`gagar.sandbox.judge_plugin`) loaded with ``-p``: it writes the report to one end of a
+socket pair whose other end only the judge holds (the tested code can write to it, never read back
+what was written), stamped with a nonce it reads from a pipe once, at import.
 :func:`open_channels` and :func:`read_report` are the judge's ends of those two channels.
 
 Standard library only and Python 3.8 compatible: the Kubernetes pod runner ships this file
@@ -31,6 +32,7 @@ import os
 import re
 import secrets
 import shlex
+import socket
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -331,15 +333,21 @@ def write_judge_dir(
         (judge_dir / "__pycache__" / monitor_pyc[0]).write_bytes(monitor_pyc[1])
 
 
-class ReportPipe:
-    """The judge's end of the report: a pipe drained by a thread into memory (at most ``max_bytes`` kept).
+class ReportStream:
+    """The judge's end of the report: a stream drained by a thread into memory (at most ``max_bytes`` kept).
 
     The test process gets only the write end: it can add lines, never read back what was written.
+    That end is a socket, not a pipe: a pipe's write end reopens for reading through
+    ``/proc/self/fd/N``, which let tested code steal the report (the monitor's flags with it) and
+    write back a forged one; a socket does not reopen there, and reading the test process's end
+    gives only what the judge sends, which is nothing (the judge's end is shut for writing).
     Each end is closed exactly once (a descriptor number closed twice could be another evaluation's
     by then): the write end by :meth:`collect` or :meth:`close`, the read end by the thread."""
 
     def __init__(self, max_bytes: int) -> None:
-        self._read, self.write_fd = os.pipe()
+        judge_end, test_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        judge_end.shutdown(socket.SHUT_WR)
+        self._read, self.write_fd = judge_end.detach(), test_end.detach()
         self._max = max_bytes
         self._data = bytearray()
         self._lock = threading.Lock()
@@ -378,12 +386,12 @@ class Channels(NamedTuple):
     nonce: str
     nonce_fd: int
     """Read end of a pipe already holding the nonce (its write end is closed)."""
-    report: ReportPipe
-    """The report pipe; read it with ``read_report(channels.report.collect(), ...)`` after the run."""
+    report: ReportStream
+    """The report stream; read it with ``read_report(channels.report.collect(), ...)`` after the run."""
 
     @property
     def fds(self) -> tuple[int, int]:
-        """The descriptors the test process inherits: (nonce pipe, report pipe's write end)."""
+        """The descriptors the test process inherits: (nonce pipe, report stream's write end)."""
         return self.nonce_fd, self.report.write_fd
 
     def close(self) -> None:
@@ -394,12 +402,12 @@ class Channels(NamedTuple):
 
 
 def open_channels(max_report_bytes: int = 32 << 20) -> Channels:
-    """A fresh nonce in a pipe, and a report pipe whose read end stays with the judge."""
+    """A fresh nonce in a pipe, and a report stream whose read end stays with the judge."""
     nonce = secrets.token_hex(16)
     read_fd, write_fd = os.pipe()
     os.write(write_fd, nonce.encode())
     os.close(write_fd)
-    report = ReportPipe(max_report_bytes)
+    report = ReportStream(max_report_bytes)
     os.set_inheritable(read_fd, True)
     os.set_inheritable(report.write_fd, True)
     return Channels(nonce, read_fd, report)
