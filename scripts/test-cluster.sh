@@ -15,6 +15,7 @@ state=${GAGAR_CLUSTER_DIR:-/var/lib/gagar/cluster}
 export GAGAR_CLUSTER_DIR=$state
 py() { PYTHONPATH=$PWD/src "$python" -c "from gagar.pipeline import images as m; $1"; }
 sandbox_image=$(py 'print(m.stage_image("sandbox"))')
+train_image=$(py 'print(m.stage_image("train", variant="cpu"))')  # runs the chart's upload Job
 pushgateway_image=localhost/gagar-test/pushgateway:debian
 
 # the images: every stage image (make images; the pipeline's DockerRunner run uses them all), and a
@@ -49,13 +50,17 @@ if [ "$engine" = podman ]; then
 fi
 eval "$(bash scripts/cluster-up.sh)"
 docker_sock="unix://$state/docker.sock"
-for image in "$sandbox_image" "$pushgateway_image"; do
+for image in "$sandbox_image" "$train_image" "$pushgateway_image"; do
   "$engine" save "$image" | docker -H "$docker_sock" load >/dev/null
 done
+# the address the node's pods reach this machine at (their bridge's gateway): the chart tests serve
+# the KFP API the upload Job calls there
+host_address=$(docker -H "$docker_sock" network inspect bridge -f '{{(index .IPAM.Config 0).Gateway}}')
 
 status=0
 GAGAR_K8S_TEST_IMAGE=$sandbox_image GAGAR_K8S_TEST_NAMESPACE=default \
-  GAGAR_TEST_PUSHGATEWAY_IMAGE=$pushgateway_image \
+  GAGAR_TEST_PUSHGATEWAY_IMAGE=$pushgateway_image GAGAR_TEST_TRAIN_IMAGE=$train_image \
+  GAGAR_TEST_HOST_ADDRESS=$host_address \
   "$python" -m pytest -q -p no:cacheprovider tests/cluster tests/sandbox/test_k8s_cluster.py "$@" || status=$?
 echo "make test-cluster: pytest exit $status, $(($(date +%s) - started)) s in all" >&2
 exit "$status"

@@ -146,6 +146,13 @@ def test_every_name_the_pipeline_uses_is_rendered_by_the_chart(
         sandbox_binding["subjects"]
     )
 
+    # KFP names of its own: two releases sharing a KFP neither clash on version names nor replace each
+    # other's recurring run.
+    fullname = settings_name.removesuffix("-settings")
+    upload = _job_containers(objs)["upload"]["args"]
+    assert _flag(upload, "--name") == _flag(schedule, "--pipeline") == f"{fullname}-rl"
+    assert _flag(schedule, "--name") == f"{fullname}-rl-nightly"
+
     # The Pushgateway the runs push to is the rendered Service.
     params = dict(schedule[i + 1].split("=", 1) for i, a in enumerate(schedule) if a == "--param")
     (service,) = [s for s in by_kind(objs, "Service") if s["metadata"]["name"].endswith("-pushgateway")]

@@ -129,6 +129,17 @@ what older servers lack (a field or an API) is rendered only where it exists.
 {{- printf "%s-settings" (include "gagar.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* Name of the pipeline in KFP: one per release, so two releases sharing a KFP never upload versions
+of one pipeline under the same version name (KFP refuses the second). */}}
+{{- define "gagar.pipeline.name" -}}
+{{- default (printf "%s-rl" (include "gagar.fullname" .)) .Values.pipeline.name -}}
+{{- end -}}
+
+{{/* Name of the recurring run: one per release (a schedule replaces the one of its name in its experiment). */}}
+{{- define "gagar.pipeline.recurringRunName" -}}
+{{- default (printf "%s-rl-nightly" (include "gagar.fullname" .)) .Values.pipeline.recurringRun.name -}}
+{{- end -}}
+
 {{/* Name of the ClusterTrainingRuntime the chart installs (the pipeline's train_runtime). */}}
 {{- define "gagar.trainer.runtimeName" -}}
 {{- default (printf "%s-torch" (include "gagar.fullname" .)) .Values.trainer.runtimeName | trunc 63 | trimSuffix "-" -}}
