@@ -45,7 +45,7 @@ def test_gold_and_empty_patch_on_a_cluster() -> None:
     config = KubernetesSandboxConfig(
         namespace=os.environ.get("GAGAR_K8S_TEST_NAMESPACE", "gagar-sandbox"),
         runtime_class_name=os.environ.get("GAGAR_K8S_TEST_RUNTIME_CLASS"),
-        active_deadline_s=300,
+        eval_deadline_s=300,
         start_deadline_s=300,
         max_concurrency=2,
     )
