@@ -18,6 +18,7 @@ from test_k8s_backend import GOLD, FakeCluster, assert_clean, config, pred, task
 from gagar.sandbox.k8s import KubernetesBackend, pack, plan_pod
 from gagar.sandbox.k8s.objects import build_code_configmap, build_configmap
 from gagar.sandbox.k8s.outcome import decode_result, parse_summary
+from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.patch import file_diff
 from gagar.schema.result import Status
 
@@ -116,7 +117,7 @@ def test_a_group_shares_one_pod_and_a_hostile_member_leaves_its_neighbours_alone
 
 def test_an_evaluation_past_its_deadline_is_a_timeout_and_its_neighbours_finish() -> None:
     cluster = FakeCluster()
-    backend = KubernetesBackend(config(eval_deadline_s=3.0), cluster, cluster)
+    backend = KubernetesBackend(config(limits=SandboxLimits(wall_time_s=3.0)), cluster, cluster)
     before, spin, after = backend.evaluate(
         [(task(), pred(GOLD, "before")), (task(), pred(SPIN, "spin")), (task(), pred(GOLD, "after"))]
     )
@@ -211,3 +212,18 @@ def test_each_evaluation_of_a_group_runs_in_fresh_namespaces_here(tmp_path: Path
     assert all("reference" not in s for s in group["results"])
     assert decode_result((tmp_path / "msg").read_text(), plan.nonce, 1 << 20) == group
     assert not list(workspace.iterdir())
+
+
+def test_a_memory_bomb_hits_its_own_limit_and_its_neighbour_passes() -> None:
+    bomb = file_diff(
+        "calc.py",
+        SOURCE,
+        "def add(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(1 << 26))\n",
+    )
+    cluster = FakeCluster()
+    backend = KubernetesBackend(config(limits=SandboxLimits(memory_bytes=768 << 20)), cluster, cluster)
+    bombed, gold = backend.evaluate([(task(), pred(bomb, "bomb")), (task(), pred(GOLD, "gold"))])
+    assert bombed.status == Status.FAILED, bombed
+    assert "MemoryError" in bombed.log
+    assert gold.status == Status.PASSED, gold
+    assert_clean(cluster)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.hacks import JudgeConfig
+from gagar.sandbox.limits import SandboxLimits
 
 __all__ = ["KubernetesSandboxConfig", "ResourceSpec", "RetryPolicy"]
 
@@ -74,8 +75,9 @@ class KubernetesSandboxConfig(BaseSettings):
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
     group_size: int = Field(default=8, ge=1)
     """Evaluations of one task and image one pod runs, one after another, each in its own isolated child."""
-    eval_deadline_s: float = Field(default=600.0, gt=0)
-    """Wall-clock deadline of one evaluation inside its pod: past it that evaluation is a timeout."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """What one evaluation may use inside its pod, as in the local sandbox (env GAGAR_LIMITS__...):
+    past ``wall_time_s`` it is a timeout; CPU, address space, processes and file size are rlimits."""
     start_deadline_s: float = Field(default=600.0, gt=0)
     """A pod not running this long after creation is an infra_error (unschedulable, slow pull, ...)."""
     ttl_s: int = Field(default=3600, ge=60)

@@ -129,7 +129,7 @@ def plan_pod(
 
 def pod_deadline_s(config: KubernetesSandboxConfig, evaluations: int) -> int:
     """activeDeadlineSeconds of a pod of ``evaluations``: each one's deadline plus the set-up."""
-    return math.ceil(evaluations * config.eval_deadline_s) + POD_SETUP_S
+    return math.ceil(evaluations * config.limits.wall_time_s) + POD_SETUP_S
 
 
 def run_labels(config: KubernetesSandboxConfig, run_id: str) -> dict[str, str]:
@@ -159,7 +159,9 @@ def _spec(config: KubernetesSandboxConfig, plan: PodPlan) -> dict[str, Any]:
     return {
         "nonce": plan.nonce,
         "patches": [_patch_name(i) for i in range(len(plan.predictions))],
-        "eval_deadline_s": config.eval_deadline_s,
+        "limits": config.limits.model_dump(
+            include={"wall_time_s", "cpu_time_s", "memory_bytes", "max_file_bytes"}
+        ),
         "repo_source": "snapshot" if task.snapshot is not None else "image",
         "image_repo_dir": config.image_repo_dir,
         "test_cmd": task.test_cmd or config.default_test_cmd,

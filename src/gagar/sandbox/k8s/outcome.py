@@ -221,7 +221,7 @@ def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeCo
 
 _STAGE_ERRORS = {
     "setup": (Status.INFRA_ERROR, "the pod could not lay out the repository"),
-    "timeout": (Status.TIMEOUT, "the evaluation ran past its deadline in the pod (eval_deadline_s)"),
+    "timeout": (Status.TIMEOUT, "the evaluation ran past its deadline in the pod (limits.wall_time_s)"),
     "lost": (Status.ERROR, "the evaluation's process ended without a result (killed from inside?)"),
     "model_patch": (Status.ERROR, "the model patch does not apply"),
     "test_patch": (Status.ERROR, "the task's test patch does not apply after the model patch"),

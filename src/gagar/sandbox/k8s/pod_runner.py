@@ -20,7 +20,7 @@ task's test patch, compiles the pristine test files (the trusted reference, befo
 runs), runs the test command with pytest pinned, the runtime monitor watching the patched
 files and the judge's plugin writing its report to a pipe only the child reads
 (:func:`gagar_pristine.pytest_env`), and sends its summary to the runner over a pipe. Past
-``eval_deadline_s`` the runner kills the child (that evaluation is a ``timeout``); after
+the limits' ``wall_time_s`` the runner kills the child (that evaluation is a ``timeout``); after
 every evaluation it kills whatever is left, empties the workspace, /tmp and /dev/shm
 (:func:`sweep`), so the next evaluation starts as if alone in the pod.
 
@@ -310,12 +310,33 @@ def isolate(tmp_dir):
     return "namespaces" + (" (kept " + ", ".join(refused) + ")" if refused else "")
 
 
+def set_limits(limits):
+    """The local sandbox's rlimits (:func:`gagar.sandbox.isolation.rlimit_args`) on this process and
+    what it starts: CPU seconds (SIGXCPU, then SIGKILL a little later), address space, file size,
+    no core dumps. Not RLIMIT_NPROC: it counts every process of the uid on the node, and every
+    sandbox pod runs as the same uid (a pod's process count is the kubelet's pids limit)."""
+    import resource
+
+    cpu = int(limits["cpu_time_s"])
+    for which, soft, hard in (
+        (resource.RLIMIT_CPU, cpu, cpu + 5),
+        (resource.RLIMIT_AS, int(limits["memory_bytes"]), int(limits["memory_bytes"])),
+        (resource.RLIMIT_FSIZE, int(limits["max_file_bytes"]), int(limits["max_file_bytes"])),
+        (resource.RLIMIT_CORE, 0, 0),
+    ):
+        _, current = resource.getrlimit(which)
+        if current != resource.RLIM_INFINITY:
+            soft, hard = min(soft, current), min(hard, current)
+        resource.setrlimit(which, (soft, hard))
+
+
 def _child(spec, input_dir, workspace, tmp_dir, patch_name, out_fd):
-    """The isolated child: isolate, evaluate, send the summary to the runner, exit."""
+    """The isolated child: isolate, limit, evaluate, send the summary to the runner, exit."""
     code = 0
     try:
         os.setsid()
         isolation = isolate(tmp_dir)
+        set_limits(spec["limits"])
         summary = evaluate(spec, input_dir, workspace, patch_name)
         summary["isolation"] = isolation
         data = json.dumps(summary).encode("utf-8")
@@ -396,7 +417,7 @@ def run_one(spec, input_dir, root, position, tmp_dir):
         os.close(read_fd)
         _child(spec, input_dir, workspace, tmp_dir, patch_name, write_fd)
     os.close(write_fd)
-    data, expired = _read_until(read_fd, started + float(spec["eval_deadline_s"]))
+    data, expired = _read_until(read_fd, started + float(spec["limits"]["wall_time_s"]))
     os.close(read_fd)
     if expired:
         for kill in (os.killpg, os.kill):
