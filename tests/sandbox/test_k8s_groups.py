@@ -227,3 +227,18 @@ def test_a_memory_bomb_hits_its_own_limit_and_its_neighbour_passes() -> None:
     assert "MemoryError" in bombed.log
     assert gold.status == Status.PASSED, gold
     assert_clean(cluster)
+
+
+def test_an_output_flood_is_stopped_at_its_limit_and_its_neighbour_passes() -> None:
+    flood = file_diff(
+        "calc.py",
+        SOURCE,
+        "import os\n\n\ndef add(a, b):\n    while True:\n        os.write(1, b'x' * 65536)\n",
+    )
+    cluster = FakeCluster()
+    backend = KubernetesBackend(config(limits=SandboxLimits(max_output_bytes=4 << 20)), cluster, cluster)
+    flooded, gold = backend.evaluate([(task(), pred(flood, "flood")), (task(), pred(GOLD, "gold"))])
+    assert flooded.status == Status.ERROR, flooded
+    assert "output exceeded" in (flooded.reason or "")
+    assert gold.status == Status.PASSED, gold
+    assert_clean(cluster)

@@ -160,7 +160,7 @@ def _spec(config: KubernetesSandboxConfig, plan: PodPlan) -> dict[str, Any]:
         "nonce": plan.nonce,
         "patches": [_patch_name(i) for i in range(len(plan.predictions))],
         "limits": config.limits.model_dump(
-            include={"wall_time_s", "cpu_time_s", "memory_bytes", "max_file_bytes"}
+            include={"wall_time_s", "cpu_time_s", "memory_bytes", "max_file_bytes", "max_output_bytes"}
         ),
         "repo_source": "snapshot" if task.snapshot is not None else "image",
         "image_repo_dir": config.image_repo_dir,

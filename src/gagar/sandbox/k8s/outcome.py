@@ -205,12 +205,13 @@ def _reference(raw: Any) -> Reference | None:
 def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeConfig) -> Judgement:
     """The local backend's verdict on the pod's test run."""
     code = summary.get("exit_code")
+    sent = summary.get("output_bytes")
     run = RunOutcome(
         returncode=code if isinstance(code, int) else None,
         timed_out=False,
-        output_exceeded=False,
+        output_exceeded=summary.get("output_exceeded") is True,
         duration_s=0.0,
-        output_bytes=len(log),
+        output_bytes=sent if isinstance(sent, int) else len(log),
         log=log,
     )
     flags = _judged_flags(summary.get("judged"), config)

@@ -173,10 +173,29 @@ def apply_model_patch(spec, repo, patch_file):
     return True, "gagar patch: applied", judged, done
 
 
+def _copy_bounded(pipe, log, limit, stop):
+    """Copy the tests' output to ``log`` until ``limit`` bytes; past it call ``stop`` once.
+    Returns the bytes read (the whole output, what was copied or not)."""
+    total = 0
+    while True:
+        chunk = os.read(pipe, 1 << 16)
+        if not chunk:
+            return total
+        if total <= limit:
+            log.write(chunk[: max(0, limit - total)])
+        total += len(chunk)
+        if total > limit and total - len(chunk) <= limit:
+            stop()
+
+
 def run_tests(spec, input_dir, repo, log_path, done):
-    """Run the test command pinned, in its own process group; return (exit code, the plugin's report).
+    """Run the test command pinned, in its own process group; return (exit code, the plugin's report,
+    output bytes). Output past the limits' ``max_output_bytes`` stops the run, as in the local
+    sandbox (a flood must not fill the pod's disk under its neighbours).
 
     ``done`` is what :func:`gagar_pristine.apply_pristine` did (None: an empty patch)."""
+    import threading
+
     import gagar_pristine
 
     max_report = int(spec["max_report_bytes"])
@@ -188,24 +207,38 @@ def run_tests(spec, input_dir, repo, log_path, done):
         env.update(gagar_pristine.pytest_env(repo, input_dir, config, channels.fds, watch))
         if os.environ.get("PYTHONPATH"):  # the image's own, after the judge's folder
             env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
+        read_end, write_end = os.pipe()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 ["/bin/sh", "-c", spec["test_cmd"]],
                 cwd=repo,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=write_end,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 pass_fds=channels.fds,
             )
+            os.close(write_end)
+
+            def stop():
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+            copied = []
+            limit = int(spec["limits"]["max_output_bytes"])
+            copier = threading.Thread(
+                target=lambda: copied.append(_copy_bounded(read_end, log, limit, stop)), daemon=True
+            )
+            copier.start()
             code = proc.wait()
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever the tests left running
+            stop()  # whatever the tests left running (it holds the pipe open)
+            copier.join(timeout=10)
+        os.close(read_end)
         report = gagar_pristine.read_report(channels.report.collect(), channels.nonce, max_report)
     finally:
         channels.close()
-    return code, report
+    return code, report, copied[0] if copied else 0
 
 
 def _tail(path, limit):
@@ -243,8 +276,10 @@ def evaluate(spec, input_dir, workspace, patch_name):
     files = {t.split("::", 1)[0] for t in spec.get("tests", [])}
     summary["reference"] = gagar_pristine.reference(Path(repo), files)._asdict()
     log_path = os.path.join(workspace, "test-output.log")
-    summary["exit_code"], report = run_tests(spec, input_dir, repo, log_path, done)
+    summary["exit_code"], report, output_bytes = run_tests(spec, input_dir, repo, log_path, done)
     summary["report"] = report._asdict()
+    summary["output_bytes"] = output_bytes
+    summary["output_exceeded"] = output_bytes > int(spec["limits"]["max_output_bytes"])
     summary["log"] = _tail(log_path, limit)
     summary["stage"] = "done"
     return summary
@@ -390,11 +425,13 @@ def sweep(tmp_dir):
     from the tests are ignored by the kernel) and reaps them, then empties /tmp and /dev/shm;
     elsewhere only its own /tmp folder is emptied (the namespaces ended the processes)."""
     if os.getpid() == 1:
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            while True:
+        while True:  # kill(-1) is atomic against fork; reaping until none is left catches the rest
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+            try:
                 os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
         _wipe("/dev/shm")
     _wipe(tmp_dir)
 
