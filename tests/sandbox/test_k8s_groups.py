@@ -23,12 +23,12 @@ from gagar.sandbox.patch import file_diff
 from gagar.schema.result import Status
 
 SOURCE = "def add(a, b):\n    return a - b\n"
-HOSTILE = file_diff(
-    "calc.py",
-    SOURCE,
+HOSTILE_BODY = (  # leaves files in /tmp, /dev/shm and ahead in the workspace, and a process that
+    # keeps writing and tries to kill the runner; add() itself is right
     "import os\nimport signal\nimport tempfile\nimport time\n\n"
     "HERE, TMP = os.path.dirname(os.path.abspath(__file__)), tempfile.gettempdir()\n"
-    "for target in (TMP + '/poison', '/dev/shm/poison', HERE + '/../../poison', HERE + '/../../e2/poison'):\n"
+    "AHEAD = [HERE + '/../../e%d/poison' % k for k in range(16)]\n"
+    "for target in [TMP + '/poison', '/dev/shm/poison', HERE + '/../../poison', *AHEAD]:\n"
     "    try:\n"
     "        os.makedirs(os.path.dirname(target), exist_ok=True)\n"
     "        with open(target, 'w') as fh:\n"
@@ -53,17 +53,17 @@ HOSTILE = file_diff(
     "            pass\n"
     "        time.sleep(0.05)\n"
     "    os._exit(0)\n\n\n"
-    "def add(a, b):\n    return a + b\n",
+    "def add(a, b):\n    return a + b\n"
 )
-CHECKER = file_diff(
-    "calc.py",
-    SOURCE,
+CHECKER_BODY = (  # right only if nothing of an earlier evaluation is visible
     "import os\nimport tempfile\n\n"
     "HERE, TMP = os.path.dirname(os.path.abspath(__file__)), tempfile.gettempdir()\n"
     "SEEN = [p for p in (TMP + '/poison', '/dev/shm/poison', HERE + '/../poison', HERE + '/../../poison')\n"
     "        if os.path.exists(p)]\n\n\n"
-    "def add(a, b):\n    return a + b + len(SEEN)\n",
+    "def add(a, b):\n    return a + b + len(SEEN)\n"
 )
+HOSTILE = file_diff("calc.py", SOURCE, HOSTILE_BODY)
+CHECKER = file_diff("calc.py", SOURCE, CHECKER_BODY)
 CONFTEST = file_diff(
     "conftest.py",
     None,
