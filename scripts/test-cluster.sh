@@ -55,6 +55,7 @@ done
 
 status=0
 GAGAR_K8S_TEST_IMAGE=$sandbox_image GAGAR_K8S_TEST_NAMESPACE=default \
+  GAGAR_TEST_NODE_DOCKER=$docker_sock GAGAR_TASK_IMAGES__ENGINE=$engine \
   GAGAR_TEST_PUSHGATEWAY_IMAGE=$pushgateway_image \
   "$python" -m pytest -q -p no:cacheprovider tests/cluster tests/sandbox/test_k8s_cluster.py "$@" || status=$?
 echo "make test-cluster: pytest exit $status, $(($(date +%s) - started)) s in all" >&2
