@@ -156,8 +156,12 @@ class _Pod:
 class _Msg:
     """What the submitting thread, the worker pools and the watch tell the driver."""
 
-    kind: str  # "submit", "close" (the caller); "created", "create_failed", "split", "log", "deleted"; "pod"
+    kind: str  # "submit", "close", "stop" (the caller); "created", "create_failed", "split", "log",
+    # "deleted" (the pools); "pod" (the watch)
     seq: int = -1
+    """The pod the message is about."""
+    count: int = 0
+    """"close": evaluations submitted in all; "deleted": the requests the batch delete made."""
     pods: list[_Pod] = field(default_factory=list)
     results: list[tuple[int, TestResult]] = field(default_factory=list)
     plan: PodPlan | None = None
@@ -545,7 +549,7 @@ class EvalSession:
         with self._lock:
             self._closed = True
             total = self._submitted
-        self._inbox.put(_Msg("close", seq=total, at=self.backend._clock()))
+        self._inbox.put(_Msg("close", count=total, at=self.backend._clock()))
 
     def results(self) -> Iterator[tuple[int, TestResult]]:
         """``(index, result)`` as each evaluation comes back; ends after :meth:`close` and the last one."""
@@ -686,7 +690,7 @@ class EvalSession:
             if msg.kind == "submit":
                 queue_pods(msg.jobs, msg.at)
             elif msg.kind == "close":
-                total = msg.seq
+                total = msg.count
                 if quorum_at is None and len(recorded) >= quorum_size(total, cfg.step_quorum):
                     quorum_at = clock()
             elif msg.kind == "pod":
@@ -700,7 +704,7 @@ class EvalSession:
                 else:
                     on_pod(pod, event)
             elif msg.kind == "deleted":
-                stats.delete_requests += msg.seq
+                stats.delete_requests += msg.count
                 for pod in msg.pods:
                     forget(pod)
             elif (pod := pods.get(msg.seq)) is not None:
@@ -744,7 +748,7 @@ class EvalSession:
                 batch = [to_delete.popleft() for _ in range(min(_DELETE_BATCH_MAX, len(to_delete)))]
                 ids = [pod.plan.pod_id for pod in batch]
                 self._finishers.submit(lambda b=batch, i=ids: self._inbox.put(
-                    _Msg("deleted", backend._delete_pods(self.run_id, i), pods=b)
+                    _Msg("deleted", count=backend._delete_pods(self.run_id, i), pods=b)
                 ))  # fmt: skip
             first_delete_at = None
 
