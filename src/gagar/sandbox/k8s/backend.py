@@ -734,15 +734,15 @@ class EvalSession:
                     first_delete_at = first_delete_at or clock()
             return True
 
-        def flush_deletes(now: float, force: bool) -> None:
+        def flush_deletes(now: float) -> None:
+            """Send the deletes when the batch is full or its first pod has waited ``delete_batch_s``;
+            while admission waits for room (``max_concurrency``), after a tick."""
             nonlocal first_delete_at
             if not to_delete:
                 return
-            if (
-                not force
-                and len(to_delete) < _DELETE_BATCH_MAX
-                and now - (first_delete_at or now) < cfg.delete_batch_s
-            ):
+            blocked = bool(pending) and in_flight + len(pending[0].indices) > cfg.max_concurrency
+            wait_s = min(_TICK_S, cfg.delete_batch_s) if blocked else cfg.delete_batch_s
+            if len(to_delete) < _DELETE_BATCH_MAX and now - (first_delete_at or now) < wait_s:
                 return
             while to_delete:
                 batch = [to_delete.popleft() for _ in range(min(_DELETE_BATCH_MAX, len(to_delete)))]
@@ -768,7 +768,7 @@ class EvalSession:
             except queue.Empty:
                 pass
             now = clock()
-            flush_deletes(now, force=False)
+            flush_deletes(now)
             if now - last_scan < _TICK_S:
                 continue
             last_scan = now

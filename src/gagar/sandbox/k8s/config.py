@@ -84,8 +84,9 @@ class KubernetesSandboxConfig(BaseSettings):
     """Objects of this backend older than this are swept at the start of each evaluate()."""
     max_concurrency: int = Field(default=16, ge=1)
     """Evaluations in flight at once (in pods that, with their ConfigMaps, exist at the same time)."""
-    delete_batch_s: float = Field(default=1.0, ge=0)
-    """Finished pods (and their ConfigMaps) are deleted together, one request per kind, this often."""
+    delete_batch_s: float = Field(default=5.0, ge=0)
+    """Finished pods (and their ConfigMaps) are deleted together, one request per kind, this often
+    (every half second while new pods wait for room under max_concurrency)."""
     api_workers: int = Field(default=16, ge=1)
     """Threads issuing API requests (creates, deletes, log reads); also the connection pool's size."""
     create_rate_per_s: float = Field(default=10.0, gt=0)
