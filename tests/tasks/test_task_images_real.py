@@ -29,7 +29,7 @@ from gagar.sandbox.k8s.objects import (
     build_code_configmap,
     build_configmap,
 )
-from gagar.sandbox.k8s.outcome import decode_result, group_results
+from gagar.sandbox.k8s.outcome import OVERFLOW, decode_result, group_results, parse_summary
 from gagar.schema.result import Status, TestResult
 from gagar.schema.task import Task
 from gagar.tasks.images import CliEngine, ImageSettings, build_images
@@ -109,6 +109,8 @@ def judge_in_image(task: Task, patches: dict[str, str], scratch: Path) -> list[T
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     group = decode_result((out / "termination-log").read_text(), plan.nonce, config.max_report_bytes)
+    if group == OVERFLOW:  # a library file the patch changed is too large for 4 KiB: the host reads the log
+        group = parse_summary(proc.stdout, plan.nonce)
     assert isinstance(group, dict), (out / "termination-log").read_text()[:200]
     return group_results(task, list(patches), group, 0.0, config.max_log_chars, "", config.judge)
 
@@ -116,8 +118,9 @@ def judge_in_image(task: Task, patches: dict[str, str], scratch: Path) -> list[T
 def test_synthesized_tasks_are_judged_in_their_own_images(tasks: list[Task], tmp_path: Path) -> None:
     images = ImageSettings(engine=ENGINE)
     built, report = build_images(tasks, images, CliEngine(ENGINE))
-    assert len({t.environment.image for t in built}) == len(LIBRARIES)  # one environment each
-    assert len(report.built) + len(report.existing) == 1 + len(LIBRARIES)
+    environments = {tuple(sorted(t.environment.requirements)) for t in tasks}
+    assert len({t.environment.image for t in built}) == len(environments)  # one image per environment
+    assert len(report.built) + len(report.existing) == 1 + len(environments)
     for task in built:
         gold, empty = judge_in_image(task, {"gold": task.patch, "empty": ""}, tmp_path / task.instance_id)
         assert (gold.status, gold.resolved, gold.hacks) == (Status.PASSED, True, []), (gold.reason, gold.log)
