@@ -2,11 +2,14 @@
 
 No kubelet: a node simulator (this file's ``simulate`` command, a test tool, not product code)
 watches the backend's pods and does what scheduler and kubelet would: binds each pod, moves
-it Pending -> Running -> Succeeded/Failed after log-normal latencies, injects image-pull
-failures, evictions and never-scheduled pods at given rates, and writes each finished pod's
-result as its container's termination message, in the runner's own encoding
-(``pod_runner.encode_result``), with the nonce read from the pod's ConfigMap. It records what
-it decided per trajectory, so the driver can check each result against it.
+it Pending -> Running -> Succeeded/Failed after log-normal latencies (a pod runs its group's
+evaluations one after another: the sum of one draw per evaluation), injects image-pull
+failures, evictions, never-scheduled pods and runners killed mid-group at given rates, and
+writes each finished pod's results as its container's termination message, in the runner's
+own encoding (``pod_runner.encode_result``: every evaluation's summary, the reference once),
+with the nonce read from the pod's ConfigMap. It records what it decided per trajectory (a
+pod's fault is the fate of every evaluation it holds), so the driver can check each result
+against it.
 
 The control plane: etcd (Debian's ``etcd-server``) and kube-apiserver 1.20 (the binary of
 scripts/build-kubernetes.sh: ``$K8S_BIN``, else ``$K8S_CACHE/bin``, default
@@ -17,13 +20,15 @@ PriorityLevelConfiguration with few seats and short queues, so it answers 429. T
 simulator's user is in ``system:masters`` (exempt), as a node's traffic has its own level.
 Every process is ended by its id at exit.
 
-Each scenario runs the backend in a fresh process (``evaluate``), so its peak RSS is its own.
-The driver prints, per scenario: results by status, each evaluation accounted for exactly
-once, results matching the simulator's decisions, pods and ConfigMaps left, requests, the
-achieved request rate against the configured one, 429s seen by the client and rejections
-counted by the server, peak RSS and wall time; and writes them as JSON.
+Each scenario runs the backend in a fresh process (``evaluate``), so its peak RSS is its own;
+its jobs come as GRPO groups (``--group-size`` trajectories of one task in a row, 64 tasks),
+fed to ``KubernetesBackend.evaluate`` lazily, which packs each group into one pod. The driver
+prints, per scenario: results by status, each evaluation accounted for exactly once, results
+matching the simulator's decisions, pods and ConfigMaps left, requests (and per evaluation),
+the achieved request rate against the configured one, 429s seen by the client and
+rejections counted by the server, peak RSS and wall time; and writes them as JSON.
 
-    python benchmarks/k8s_scale.py --scales 100,1000,10000 [--faults] [--out .work/k8s-scale.json]
+    python benchmarks/k8s_scale.py --scales 1000,10000,41000 [--faults] [--out .work/k8s-scale.json]
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ NAMESPACE = "gagar-scale"
 IMAGE = "sim/python:3"
 BACKEND_USER, NODE_USER = "gagar-sandbox", "node-simulator"
 TESTS = [f"tests/test_lib.py::test_{i}" for i in range(4)]
+SOURCE = "def clamp(x, lo, hi):\n    return max(lo, x)\n"
+FIXED = SOURCE.replace("max(lo, x)", "min(hi, max(lo, x))")
+"""The benchmark task's library file before and after the patch: what a real summary carries."""
+TASKS = 64
+"""Distinct tasks the jobs cycle through, a group at a time."""
 SELECTOR = "app.kubernetes.io/name=gagar-sandbox"
 HERE = Path(__file__).resolve().parent
 
@@ -285,59 +295,76 @@ def simulate(args: argparse.Namespace) -> None:
                 print(f"simulator: bind {name}: {exc.status} {exc.reason}", file=sys.stderr)
             return False
 
-    def finish(name: str, passed: bool) -> None:
+    def finish(name: str, passed: list[bool]) -> None:
         try:
             spec = json.loads(core.read_namespaced_config_map(name, NAMESPACE).data["spec.json"])
         except client.ApiException:
             return
-        outcome = "passed" if passed else "failed"
-        code = 0 if passed else 1
-        report = {
-            "configured": True,
-            "exitstatus": code,
-            "tests": dict.fromkeys(TESTS, outcome),
-            "foreign": [],
-        }
-        judged = {"resets": [], "sources": [], "own_packages": []}
-        log = f"{'.' if passed else 'F'}{'...'}\n4 tests, {outcome} (simulated)\n"
-        summary = {"stage": "done", "exit_code": code, "report": report, "judged": judged, "log": log}
-        terminated = {"exitCode": 0, "reason": "Completed", "message": encode_result(summary, spec["nonce"])}
+        results = []
+        for ok in passed:
+            outcome = "passed" if ok else "failed"
+            code = 0 if ok else 1
+            report = {"configured": True, "exitstatus": code, "tests": dict.fromkeys(TESTS, outcome),
+                      "foreign": [], "hacks": [], "collected": len(TESTS)}  # fmt: skip
+            judged = {"resets": [], "sources": [["lib.py", SOURCE, FIXED]], "own_packages": ["lib"]}
+            log = f"{'.' if ok else 'F'}{'...'}\n4 tests, {outcome} (simulated)\n"
+            results.append({
+                "stage": "done", "exit_code": code, "report": report, "judged": judged, "log": log,
+                "isolation": "process (simulated)", "duration_s": 1.0,
+            })  # fmt: skip
+        group = {"results": results}
+        message = encode_result(group, spec["nonce"])
+        terminated = {"exitCode": 0, "reason": "Completed", "message": message}
         status(name, {"phase": "Succeeded", "containerStatuses": container({"terminated": terminated})})
+
+    def killed(name: str) -> None:
+        """The runner killed mid-group (OOM of the node, a kill from outside): no message, exit 137."""
+        terminated = {"exitCode": 137, "reason": "Error"}
+        status(name, {"phase": "Failed", "containerStatuses": container({"terminated": terminated})})
 
     def running(name: str) -> bool:
         return status(name, {"phase": "Running", "containerStatuses": container({"running": {}})})
 
     def plan(pod: dict) -> None:
         """Decide the pod's fate and schedule its transitions: bind, then start, then end."""
-        name, key = pod["metadata"]["name"], pod["metadata"]["annotations"]["gagar.dev/key"]
+        name = pod["metadata"]["name"]
+        keys = json.loads(pod["metadata"]["annotations"]["gagar.dev/keys"])
         u, sched = rng.random(), lognormal(rng, args.schedule_s, 0.5)
-        start, run = lognormal(rng, args.start_s, args.sigma), lognormal(rng, args.run_s, args.sigma)
+        start = lognormal(rng, args.start_s, args.sigma)
+        run = sum(lognormal(rng, args.run_s, args.sigma) for _ in keys)
         unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                          "message": "0/1 nodes are available: 1 Insufficient cpu. (simulated)"}  # fmt: skip
         pull_error = {"waiting": {"reason": "ErrImagePull", "message": f"{IMAGE}: not found (simulated)"}}
         evicted = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+        fates: list[str]
         if u < args.never_scheduled:
-            fate = "never_scheduled"
+            fates = ["never_scheduled"] * len(keys)
             later(sched, lambda: status(name, {"phase": "Pending", "conditions": [unschedulable]}))
         else:
             u -= args.never_scheduled
             if u < args.pull_failure:
-                fate = "pull_failure"
+                fates = ["pull_failure"] * len(keys)
 
                 def then() -> None:
                     status(name, {"phase": "Pending", "containerStatuses": container(pull_error)})
             elif u < args.pull_failure + args.evicted:
-                fate = "evicted"
+                fates = ["evicted"] * len(keys)
 
                 def then() -> None:
                     if running(name):
                         later(run / 2, lambda: status(name, evicted))
-            else:
-                fate = "passed" if rng.random() < args.pass_rate else "failed"
+            elif u < args.pull_failure + args.evicted + args.killed:
+                fates = ["killed"] * len(keys)
 
                 def then() -> None:
                     if running(name):
-                        later(run, lambda: finish(name, fate == "passed"))
+                        later(run * rng.random(), lambda: killed(name))
+            else:
+                fates = ["passed" if rng.random() < args.pass_rate else "failed" for _ in keys]
+
+                def then() -> None:
+                    if running(name):
+                        later(run, lambda: finish(name, [fate == "passed" for fate in fates]))
 
             def first() -> None:
                 if bind(name):
@@ -345,7 +372,8 @@ def simulate(args: argparse.Namespace) -> None:
 
             later(sched, first)
         with lock:
-            decisions.write(json.dumps({"key": key, "fate": fate}) + "\n")
+            for key, fate in zip(keys, fates, strict=True):
+                decisions.write(json.dumps({"key": key, "fate": fate}) + "\n")
             decisions.flush()
 
     def clock_loop() -> None:
@@ -389,25 +417,33 @@ def simulate(args: argparse.Namespace) -> None:
 # -- one scenario in its own process -----------------------------------------------------------------
 
 
-def make_jobs(n: int) -> list:
+def make_jobs(n: int, group_size: int) -> list:
+    """``n`` jobs as GRPO groups: ``group_size`` trajectories of one task in a row, cycling over the tasks."""
     from gagar.sandbox.base import Prediction
     from gagar.sandbox.patch import file_diff
     from gagar.schema.task import Task
 
-    source = "def clamp(x, lo, hi):\n    return max(lo, x)\n"
-    gold = file_diff("lib.py", source, source.replace("max(lo, x)", "min(hi, max(lo, x))"))
+    gold = file_diff("lib.py", SOURCE, FIXED)
     tests = "".join(
         f"def test_{i}():\n    from lib import clamp\n    assert clamp({i}, 0, 2) == {min(i, 2)}\n\n"
         for i in range(4)
     )
+    tasks = [
+        Task(
+            instance_id=f"clamp-{t}",
+            repo="bench/clamp",
+            snapshot={"lib.py": SOURCE, "tests/test_lib.py": tests},
+            problem_statement="clamp ignores hi",
+            patch=gold,
+            FAIL_TO_PASS=TESTS[3:],
+            PASS_TO_PASS=TESTS[:3],
+            environment=IMAGE,
+        )
+        for t in range(TASKS)
+    ]
     jobs = []
     for k in range(n):
-        task = Task(
-            instance_id=f"clamp-{k % 64}", repo="bench/clamp",
-            snapshot={"lib.py": source, "tests/test_lib.py": tests},
-            problem_statement="clamp ignores hi", patch=gold, FAIL_TO_PASS=TESTS[3:], PASS_TO_PASS=TESTS[:3],
-            environment=IMAGE,
-        )  # fmt: skip
+        task = tasks[(k // group_size) % TASKS]
         jobs.append(
             (task, Prediction(instance_id=task.instance_id, model_patch=gold, trajectory_id=f"traj-{k:05d}"))
         )
@@ -420,9 +456,10 @@ def evaluate(args: argparse.Namespace) -> None:
 
     from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig, RetryPolicy
 
-    jobs = make_jobs(args.n)
+    jobs = make_jobs(args.n, args.group_size)
     config = KubernetesSandboxConfig(
         namespace=NAMESPACE, max_concurrency=args.in_flight, api_workers=args.api_workers,
+        group_size=args.group_size,
         create_rate_per_s=args.qps, burst=args.burst, start_deadline_s=args.start_deadline_s,
         step_quorum=args.quorum, straggler_wait_s=args.straggler_wait_s,
         retry=RetryPolicy(max_throttled=100),
@@ -449,7 +486,8 @@ def evaluate(args: argparse.Namespace) -> None:
             set(ids) == expected and all(c == 1 for c in ids.values()) and len(results) == args.n
         ),
         "pods_left": len(pods), "configmaps_left": len(cms),
-        "requests": stats.requests, "achieved_qps": round(stats.requests / wall, 1),
+        "requests": stats.requests, "requests_per_evaluation": round(stats.requests / args.n, 3),
+        "delete_requests": stats.delete_requests, "achieved_qps": round(stats.requests / wall, 1),
         "configured_qps": args.qps, "client_429s": stats.throttled, "min_rate": round(stats.min_rate, 1),
         "peak_in_flight": stats.peak_in_flight, "pods_created": stats.pods_created,
         "stragglers_cut": stats.stragglers_cut, "log_reads": stats.log_reads,
@@ -462,7 +500,7 @@ def evaluate(args: argparse.Namespace) -> None:
 
 # -- the driver --------------------------------------------------------------------------------------
 
-INFRA_FATES = {"never_scheduled", "pull_failure", "evicted"}
+INFRA_FATES = {"never_scheduled", "pull_failure", "evicted", "killed"}
 
 
 def check_against_decisions(record: dict, decisions: Path) -> dict:
@@ -472,6 +510,7 @@ def check_against_decisions(record: dict, decisions: Path) -> dict:
         entry = json.loads(line)
         fates[entry["key"]] = entry["fate"]
     mismatched, cut = [], 0
+    record["fates"] = dict(Counter(fates.values()))
     for key, (status, reason) in record.pop("results").items():
         fate = fates.get(key)
         if "straggler" in reason or "step deadline" in reason:
@@ -493,7 +532,8 @@ def run_scenario(plane: ControlPlane, args: argparse.Namespace, name: str, n: in
     decisions = work / f"decisions-{name}.jsonl"
     decisions.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(HERE.parent / "src")}
-    rates = ["--never-scheduled", "0.05", "--pull-failure", "0.30", "--evicted", "0.02"] if faults else []
+    rates = ["--never-scheduled", "0.05", "--pull-failure", "0.30", "--evicted", "0.02", "--killed", "0.05"]
+    rates = rates if faults else []
     sim_log = open(work / f"sim-{name}.log", "wb")  # noqa: SIM115 - the simulator writes it
     sim = subprocess.Popen(
         [sys.executable, __file__, "simulate", "--kubeconfig", str(plane.kubeconfig(NODE_USER)),
@@ -510,7 +550,7 @@ def run_scenario(plane: ControlPlane, args: argparse.Namespace, name: str, n: in
              "--kubeconfig", str(plane.kubeconfig(BACKEND_USER)), "--n", str(n),
              "--in-flight", str(min(n, args.in_flight)), "--qps", str(args.qps), "--burst", str(args.burst),
              "--api-workers", str(args.api_workers), "--start-deadline-s", str(args.start_deadline_s),
-             *quorum],
+             "--group-size", str(args.group_size), *quorum],
             env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
@@ -540,6 +580,9 @@ def main() -> None:
     sim.add_argument("--never-scheduled", type=float, default=0.0)
     sim.add_argument("--pull-failure", type=float, default=0.0)
     sim.add_argument("--evicted", type=float, default=0.0)
+    sim.add_argument(
+        "--killed", type=float, default=0.0, help="share of pods whose runner is killed mid-group"
+    )
     sim.add_argument("--pass-rate", type=float, default=0.5)
     ev = sub.add_parser("evaluate")
     ev.add_argument("--kubeconfig", required=True)
@@ -551,8 +594,9 @@ def main() -> None:
         sp.add_argument("--api-workers", type=int, default=16)
         sp.add_argument("--start-deadline-s", type=float, default=120.0)
         sp.add_argument("--straggler-wait-s", type=float, default=10.0)
+        sp.add_argument("--group-size", type=int, default=8, help="evaluations of one task per pod")
     ev.add_argument("--quorum", type=float, default=1.0)
-    parser.add_argument("--scales", default="100,1000,10000", help='comma-separated; "" for none')
+    parser.add_argument("--scales", default="1000,10000,41000", help='comma-separated; "" for none')
     parser.add_argument(
         "--faults", action="store_true", help="also run the largest scale up to 1,000 with faults"
     )

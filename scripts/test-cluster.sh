@@ -59,6 +59,7 @@ host_address=$(docker -H "$docker_sock" network inspect bridge -f '{{(index .IPA
 
 status=0
 GAGAR_K8S_TEST_IMAGE=$sandbox_image GAGAR_K8S_TEST_NAMESPACE=default \
+  GAGAR_TEST_NODE_DOCKER=$docker_sock GAGAR_TASK_IMAGES__ENGINE=$engine \
   GAGAR_TEST_PUSHGATEWAY_IMAGE=$pushgateway_image GAGAR_TEST_TRAIN_IMAGE=$train_image \
   GAGAR_TEST_HOST_ADDRESS=$host_address \
   "$python" -m pytest -q -p no:cacheprovider tests/cluster tests/sandbox/test_k8s_cluster.py "$@" || status=$?

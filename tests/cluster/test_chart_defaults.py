@@ -244,7 +244,7 @@ def _evaluate_as(api_client: Any, account: str, sandbox_namespace: str, sandbox_
         FAIL_TO_PASS=["tests/test_calc.py::test_add"],
     )
     backend = KubernetesBackend(
-        KubernetesSandboxConfig(namespace=sandbox_namespace, image=sandbox_image, active_deadline_s=120),
+        KubernetesSandboxConfig(namespace=sandbox_namespace, image=sandbox_image),
         client.CoreV1Api(as_account),
         client.NetworkingV1Api(as_account),
     )

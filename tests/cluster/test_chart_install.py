@@ -161,9 +161,7 @@ def test_sandbox_runs_in_the_chart_namespace_as_its_service_account(
         patch=GOLD,
         FAIL_TO_PASS=["tests/test_calc.py::test_add"],
     )
-    config = KubernetesSandboxConfig(
-        namespace=installed["sandbox"], image=sandbox_image, active_deadline_s=120
-    )
+    config = KubernetesSandboxConfig(namespace=installed["sandbox"], image=sandbox_image)
     backend = KubernetesBackend(config, client.CoreV1Api(as_runner), client.NetworkingV1Api(as_runner))
     (gold,) = backend.evaluate(
         [(task, Prediction(instance_id=task.instance_id, model_patch=GOLD, trajectory_id="g"))]

@@ -68,8 +68,16 @@ def api_error(status: int) -> ApiException:
 
 
 def matches(labels: dict[str, str] | None, selector: str) -> bool:
-    wanted = dict(part.split("=", 1) for part in selector.split(","))
-    return all((labels or {}).get(k) == v for k, v in wanted.items())
+    """Equality terms ``k=v`` and one set term ``k in (a,b)`` (the last), as the API server reads them."""
+    labels = labels or {}
+    selector, _, in_set = selector.partition(" in (")
+    terms = selector.split(",")
+    if in_set:
+        key = terms.pop()
+        if labels.get(key) not in in_set.rstrip(")").split(","):
+            return False
+    wanted = dict(part.split("=", 1) for part in terms)
+    return all(labels.get(k) == v for k, v in wanted.items())
 
 
 class WatchStream:
@@ -250,7 +258,15 @@ class FakeCluster:
     def _kubelet(self, pod: client.V1Pod) -> None:
         container = pod.spec.containers[0]
         image = container.image
-        if image == "fault/pull-error":
+        if image == "fault/killed":  # the runner killed mid-group: no result, exit 137
+            self._set_status(pod, client.V1PodStatus(phase="Running"))
+            term = client.V1ContainerStateTerminated(exit_code=137, reason="Error")
+            state = client.V1ContainerStatus(
+                name="sandbox", image=image, image_id="", ready=False, restart_count=0,
+                state=client.V1ContainerState(terminated=term),
+            )  # fmt: skip
+            self._set_status(pod, client.V1PodStatus(phase="Failed", container_statuses=[state]))
+        elif image == "fault/pull-error":
             waiting = client.V1ContainerStateWaiting(reason="ImagePullBackOff", message="not found")
             state = client.V1ContainerStatus(
                 name="sandbox", image=image, image_id="", ready=False, restart_count=0,
@@ -293,6 +309,7 @@ class FakeCluster:
             input_dir = mounts["/gagar/input"]
             os.makedirs(input_dir)
             os.makedirs(mounts["/workspace"])
+            os.makedirs(mounts["/tmp"])
             for source in sources:
                 for key, text in self._get("cm", source.config_map.name).data.items():
                     Path(input_dir, key).write_text(text)
@@ -300,7 +317,10 @@ class FakeCluster:
             # (a checkout under /tmp must not have its venv remapped onto the pod's /tmp volume).
             interpreter, *args = container.command
             command = [interpreter, *(self._remap(arg, mounts) for arg in args)]
-            env = {"HOME": root, "PATH": f"{BIN}:/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+            env = {
+                "HOME": root, "TMPDIR": mounts["/tmp"], "PATH": f"{BIN}:/usr/bin:/bin",
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            }  # fmt: skip
             proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
             message_file = Path(mounts[container.termination_message_path])
             message = message_file.read_text() if message_file.exists() else None
@@ -353,7 +373,7 @@ def test_gold_empty_wrong_and_escaping_patches() -> None:
     assert "does not apply" in (wrong.reason or "")
     assert escape.status == Status.ERROR
     assert "refused patch" in (escape.reason or "")
-    assert cluster.calls.count("create_namespaced_pod") == 3  # the escaping patch never got a pod
+    assert cluster.calls.count("create_namespaced_pod") == 2  # pods of 2 (max_concurrency); escape refused
     assert "read_namespaced_pod_log" not in cluster.calls  # results came in the watched status
     assert "read_namespaced_pod" not in cluster.calls  # no GET per pod: one watch
     assert len(cluster.network_policies_seen) == 1
@@ -380,7 +400,7 @@ def test_transient_api_errors_are_retried() -> None:
 def test_api_errors_past_the_retries_are_infra_errors_and_isolated() -> None:
     cluster = FakeCluster()
     cluster.faults = {"create_namespaced_pod": [api_error(503)] * 3}
-    backend = KubernetesBackend(config(max_concurrency=1), cluster, cluster)
+    backend = KubernetesBackend(config(max_concurrency=1, group_size=1), cluster, cluster)
     bad, good = backend.evaluate([(task(), pred(GOLD, "a")), (task(), pred(GOLD, "b"))])
     assert bad.status == Status.INFRA_ERROR
     assert "503" in (bad.reason or "")
@@ -519,14 +539,14 @@ def test_a_pod_without_termination_message_is_read_from_its_log() -> None:
     backend = KubernetesBackend(config(), cluster, cluster)
     gold, empty = backend.evaluate([(task(), pred(GOLD, "gold")), (task(), pred("", "empty"))])
     assert (gold.status, empty.status) == (Status.PASSED, Status.FAILED)
-    assert cluster.calls.count("read_namespaced_pod_log") == 2
-    assert backend.last_run.log_reads == 2
+    assert cluster.calls.count("read_namespaced_pod_log") == 1  # one pod for both
+    assert backend.last_run.log_reads == 1
     assert_clean(cluster)
 
 
 def test_in_flight_pods_stay_within_max_concurrency() -> None:
     cluster = FakeCluster()
-    backend = KubernetesBackend(config(max_concurrency=2, api_workers=4), cluster, cluster)
+    backend = KubernetesBackend(config(max_concurrency=2, api_workers=4, group_size=1), cluster, cluster)
     results = backend.evaluate([(task(), pred(GOLD, f"t{i}")) for i in range(5)])
     assert [r.status for r in results] == [Status.PASSED] * 5
     assert cluster.max_running <= 2

@@ -13,6 +13,7 @@ import pytest
 
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
+from gagar.sandbox.limits import SandboxLimits
 from gagar.schema.result import Status
 from gagar.schema.task import Task
 
@@ -45,7 +46,7 @@ def test_gold_and_empty_patch_on_a_cluster() -> None:
     config = KubernetesSandboxConfig(
         namespace=os.environ.get("GAGAR_K8S_TEST_NAMESPACE", "gagar-sandbox"),
         runtime_class_name=os.environ.get("GAGAR_K8S_TEST_RUNTIME_CLASS"),
-        active_deadline_s=300,
+        limits=SandboxLimits(wall_time_s=300),
         start_deadline_s=300,
         max_concurrency=2,
     )

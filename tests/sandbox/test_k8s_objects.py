@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import kubernetes_validate
@@ -16,11 +17,11 @@ from gagar.sandbox.k8s import (
     build_configmap,
     build_network_policy,
     build_pod,
-    plan_evaluation,
+    plan_pod,
     render_objects_yaml,
     to_dict,
 )
-from gagar.sandbox.k8s.objects import code_configmap_name
+from gagar.sandbox.k8s.objects import code_configmap_name, pod_deadline_s
 from gagar.schema.task import Task
 
 K8S_VERSION = "1.30.0"
@@ -72,8 +73,8 @@ CONFIGS = [
 @pytest.mark.parametrize("task_factory", [bundled_task, swebench_task])
 def test_objects_validate_strictly(config: KubernetesSandboxConfig, task_factory) -> None:
     task = task_factory()
-    plan = plan_evaluation(
-        config, "a1b2c3d4e5f6", 3, task, Prediction(instance_id=task.instance_id, model_patch=GOLD)
+    plan = plan_pod(
+        config, "a1b2c3d4e5f6", 3, task, [Prediction(instance_id=task.instance_id, model_patch=GOLD)]
     )
     for obj in (
         build_pod(config, plan),
@@ -87,7 +88,7 @@ def test_objects_validate_strictly(config: KubernetesSandboxConfig, task_factory
 def test_strict_validation_catches_a_bad_field() -> None:
     """The check above can fail: a misspelt field is refused in strict mode."""
     config = CONFIGS[0]
-    plan = plan_evaluation(config, "a1b2c3d4e5f6", 0, bundled_task(), Prediction(instance_id="demo__calc-1"))
+    plan = plan_pod(config, "a1b2c3d4e5f6", 0, bundled_task(), [Prediction(instance_id="demo__calc-1")])
     pod = to_dict(build_pod(config, plan))
     pod["spec"]["automountServiceAcountToken"] = False
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -97,13 +98,13 @@ def test_strict_validation_catches_a_bad_field() -> None:
 def test_pod_meets_the_restricted_profile() -> None:
     config = CONFIGS[1]
     task = swebench_task()
-    plan = plan_evaluation(config, "a1b2c3d4e5f6", 0, task, Prediction(instance_id=task.instance_id))
+    plan = plan_pod(config, "a1b2c3d4e5f6", 0, task, [Prediction(instance_id=task.instance_id)])
     pod = to_dict(build_pod(config, plan))
     spec = pod["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert spec["enableServiceLinks"] is False
     assert spec["restartPolicy"] == "Never"
-    assert spec["activeDeadlineSeconds"] == config.active_deadline_s
+    assert spec["activeDeadlineSeconds"] == pod_deadline_s(config, 1)
     assert spec["runtimeClassName"] == "gvisor"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -123,7 +124,7 @@ def test_pod_meets_the_restricted_profile() -> None:
     projected = [source["configMap"]["name"] for source in volumes["input"]["projected"]["sources"]]
     assert projected == [code_configmap_name(plan.run_id), pod["metadata"]["name"]]
     assert container["terminationMessagePath"] == "/dev/termination-log"
-    assert container["command"][-1] == "/dev/termination-log"
+    assert container["command"][-2:] == ["/dev/termination-log", "/tmp"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["input"]["readOnly"] is True
 
@@ -132,7 +133,7 @@ def test_labels_are_hashed_and_valid_for_long_ids() -> None:
     config = CONFIGS[1]
     long_key = "trajectory/" + "x" * 300
     pred = Prediction(instance_id="demo__calc-1", trajectory_id=long_key)
-    plan = plan_evaluation(config, "a1b2c3d4e5f6", 0, bundled_task(), pred)
+    plan = plan_pod(config, "a1b2c3d4e5f6", 0, bundled_task(), [pred])
     meta = to_dict(build_pod(config, plan))["metadata"]
     labels = meta["labels"]
     assert labels["app.kubernetes.io/name"] == "gagar-sandbox"
@@ -140,9 +141,9 @@ def test_labels_are_hashed_and_valid_for_long_ids() -> None:
     assert labels["gagar.dev/run"] == "a1b2c3d4e5f6"
     assert labels["team.example.com/owner"] == "rl"
     assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", v) for v in labels.values())
-    assert meta["annotations"]["gagar.dev/key"] == long_key
+    assert json.loads(meta["annotations"]["gagar.dev/keys"]) == [long_key]
     assert len(meta["name"]) <= 63
-    other = plan_evaluation(config, "a1b2c3d4e5f6", 1, bundled_task(), pred)
+    other = plan_pod(config, "a1b2c3d4e5f6", 1, bundled_task(), [pred])
     assert other.name != plan.name
 
 
@@ -158,12 +159,13 @@ def test_network_policy_denies_all_traffic_to_sandbox_pods() -> None:
 def test_configmap_carries_inputs_and_refuses_past_one_mib() -> None:
     config = CONFIGS[0]
     task = bundled_task()
-    plan = plan_evaluation(
-        config, "a1b2c3d4e5f6", 0, task, Prediction(instance_id=task.instance_id, model_patch=GOLD)
+    plan = plan_pod(
+        config, "a1b2c3d4e5f6", 0, task, [Prediction(instance_id=task.instance_id, model_patch=GOLD)]
     )
     data = to_dict(build_configmap(config, plan))["data"]
-    assert set(data) == {"spec.json", "model.patch", "test.patch", "snapshot.json"}
-    assert data["model.patch"] == GOLD
+    assert set(data) == {"spec.json", "model-0.patch", "test.patch", "snapshot.json"}
+    assert data["model-0.patch"] == GOLD
+    assert json.loads(data["spec.json"])["patches"] == ["model-0.patch"]
     code = to_dict(build_code_configmap(config, plan.run_id))
     assert set(code["data"]) == {
         "runner.py",
@@ -171,28 +173,25 @@ def test_configmap_carries_inputs_and_refuses_past_one_mib() -> None:
         "gagar_pristine.py",
         "gagar_judge_plugin.py",
         "gagar_judge_monitor.py",
+        "gagar_forkserver.py",
         "pytest.ini",
     }
     assert code["metadata"]["labels"]["gagar.dev/run"] == plan.run_id
 
     huge = Prediction(instance_id=task.instance_id, model_patch="+" * (1 << 20))
-    with pytest.raises(ObjectTooLargeError, match=r"model\.patch") as err:
-        build_configmap(config, plan_evaluation(config, "a1b2c3d4e5f6", 0, task, huge))
+    with pytest.raises(ObjectTooLargeError, match=r"model-0\.patch") as err:
+        build_configmap(config, plan_pod(config, "a1b2c3d4e5f6", 0, task, [huge]))
     assert err.value.policy_fault
 
     big_task = task.model_copy(update={"snapshot": {"blob.txt": "y" * (1 << 20)}})
     with pytest.raises(ObjectTooLargeError, match=r"snapshot\.json") as err:
-        build_configmap(
-            config, plan_evaluation(config, "a1b2c3d4e5f6", 0, big_task, Prediction(instance_id="x"))
-        )
+        build_configmap(config, plan_pod(config, "a1b2c3d4e5f6", 0, big_task, [Prediction(instance_id="x")]))
     assert not err.value.policy_fault
 
 
 def test_task_without_any_image_is_refused() -> None:
     with pytest.raises(ValueError, match=r"no environment\.image"):
-        plan_evaluation(
-            KubernetesSandboxConfig(), "a1b2c3d4e5f6", 0, bundled_task(), Prediction(instance_id="x")
-        )
+        plan_pod(KubernetesSandboxConfig(), "a1b2c3d4e5f6", 0, bundled_task(), [Prediction(instance_id="x")])
 
 
 def test_render_yaml_gives_four_valid_documents() -> None:

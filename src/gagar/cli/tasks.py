@@ -10,7 +10,8 @@ from tqdm import tqdm
 
 from gagar.cli.core import GagarGroup
 from gagar.tasks.generate import Mutations, Split, generate_tasks, summary_line
-from gagar.tasks.loaders import write_tasks
+from gagar.tasks.images import CliEngine, ImageSettings, build_images
+from gagar.tasks.loaders import load_tasks, write_tasks
 
 __all__ = ["app"]
 
@@ -57,3 +58,36 @@ def generate(
         )
     write_tasks(out, tasks)
     typer.echo(f"{summary_line(tasks)} -> {out}")
+
+
+@app.command("build-images")
+def build_images_command(
+    tasks_path: Path = typer.Option(
+        ..., "--tasks", exists=True, dir_okay=False, help="Tasks file (JSONL or parquet)."
+    ),
+    out: Path = typer.Option(..., "--out", dir_okay=False, help="The tasks with environment.image set."),
+    engine: str | None = typer.Option(
+        None, "--engine", help="podman or docker (env GAGAR_TASK_IMAGES__ENGINE)."
+    ),
+    repository: str | None = typer.Option(
+        None, "--repository", help="Repository of the tags (env GAGAR_TASK_IMAGES__REPOSITORY)."
+    ),
+    base_image: str | None = typer.Option(
+        None, "--base-image", help="Image the base layer starts from (env GAGAR_TASK_IMAGES__BASE_IMAGE)."
+    ),
+    instance: bool | None = typer.Option(
+        None, "--instance/--no-instance", help="Also bake each snapshot in (env GAGAR_TASK_IMAGES__INSTANCE)."
+    ),
+) -> None:
+    """Build an image per distinct task environment (base, environment, optional instance layer),
+    tagged by a hash of its specification; skip what exists; record it as environment.image."""
+    given = {"engine": engine, "repository": repository, "base_image": base_image, "instance": instance}
+    settings = ImageSettings(**{k: v for k, v in given.items() if v is not None})
+    tasks = load_tasks(tasks_path)
+
+    def show(tag: str, built: bool) -> None:
+        typer.echo(f"{'built' if built else 'exists'} {tag}")
+
+    updated, report = build_images(tasks, settings, CliEngine(settings.engine), on_layer=show)
+    write_tasks(out, updated)
+    typer.echo(f"{report.line(len(tasks))} -> {out}")

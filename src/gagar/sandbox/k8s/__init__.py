@@ -1,15 +1,15 @@
 """The Kubernetes sandbox backend: objects, rate limits and retries, the pod watch, outcomes, the backend."""
 
-from gagar.sandbox.k8s.backend import KubernetesBackend, RunStats, load_apis
+from gagar.sandbox.k8s.backend import EvalSession, KubernetesBackend, RunStats, load_apis, pack
 from gagar.sandbox.k8s.config import KubernetesSandboxConfig, ResourceSpec, RetryPolicy
 from gagar.sandbox.k8s.objects import (
-    EvalPlan,
     ObjectTooLargeError,
+    PodPlan,
     build_code_configmap,
     build_configmap,
     build_network_policy,
     build_pod,
-    plan_evaluation,
+    plan_pod,
     render_objects_yaml,
     to_dict,
 )
@@ -18,10 +18,11 @@ from gagar.sandbox.k8s.straggler import StragglerPolicy
 
 __all__ = [
     "BucketStats",
-    "EvalPlan",
+    "EvalSession",
     "KubernetesBackend",
     "KubernetesSandboxConfig",
     "ObjectTooLargeError",
+    "PodPlan",
     "ResourceSpec",
     "RetryPolicy",
     "RunStats",
@@ -33,7 +34,8 @@ __all__ = [
     "build_pod",
     "call_with_retry",
     "load_apis",
-    "plan_evaluation",
+    "pack",
+    "plan_pod",
     "render_objects_yaml",
     "to_dict",
 ]

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gagar.sandbox.hacks import JudgeConfig
+from gagar.sandbox.limits import SandboxLimits
 
 __all__ = ["KubernetesSandboxConfig", "ResourceSpec", "RetryPolicy"]
 
@@ -72,14 +73,20 @@ class KubernetesSandboxConfig(BaseSettings):
     run_as_user: int = Field(default=65532, ge=1)
     """Non-root uid the container runs as."""
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
-    active_deadline_s: int = Field(default=1800, ge=1)
-    """activeDeadlineSeconds of each pod: past it the evaluation is a timeout."""
+    group_size: int = Field(default=8, ge=1)
+    """Evaluations of one task and image one pod runs, one after another, each in its own isolated child."""
+    limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    """What one evaluation may use inside its pod, as in the local sandbox (env GAGAR_LIMITS__...):
+    past ``wall_time_s`` it is a timeout; CPU, address space, processes and file size are rlimits."""
     start_deadline_s: float = Field(default=600.0, gt=0)
     """A pod not running this long after creation is an infra_error (unschedulable, slow pull, ...)."""
     ttl_s: int = Field(default=3600, ge=60)
     """Objects of this backend older than this are swept at the start of each evaluate()."""
     max_concurrency: int = Field(default=16, ge=1)
-    """Evaluations in flight at once: pods (with their ConfigMaps) that exist at the same time."""
+    """Evaluations in flight at once (in pods that, with their ConfigMaps, exist at the same time)."""
+    delete_batch_s: float = Field(default=5.0, ge=0)
+    """Finished pods (and their ConfigMaps) are deleted together, one request per kind, this often
+    (every half second while new pods wait for room under max_concurrency)."""
     api_workers: int = Field(default=16, ge=1)
     """Threads issuing API requests (creates, deletes, log reads); also the connection pool's size."""
     create_rate_per_s: float = Field(default=10.0, gt=0)

@@ -1,10 +1,12 @@
 """The Kubernetes objects of a run and of each evaluation.
 
 Per run: a deny-all NetworkPolicy and one ConfigMap of the code every pod runs (the in-pod
-runner and the judge's modules, about 40 KB). Per evaluation: a ConfigMap of its own inputs
-(spec, patches, snapshot) and a hardened Pod that mounts both ConfigMaps as one projected,
-read-only folder, so 10,000 evaluations store the code once, not 10,000 times. The runner's
-result comes back as the container's termination message.
+runner and the judge's modules, about 50 KB). Per pod: a ConfigMap of its inputs (spec, the
+model patches of its evaluations, the task's test patch and snapshot) and a hardened Pod that
+mounts both ConfigMaps as one projected, read-only folder, so 10,000 evaluations store the
+code once, not 10,000 times. A pod evaluates up to ``group_size`` trajectories of one task
+(same image), each in its own isolated child (:mod:`gagar.sandbox.k8s.pod_runner`). The
+runner's results come back as the container's termination message.
 
 Every pod meets the ``restricted`` Pod Security Standard: non-root uid, no privilege
 escalation, all capabilities dropped, RuntimeDefault seccomp, read-only root filesystem
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -34,25 +38,27 @@ from gagar.schema.task import Task
 __all__ = [
     "APP_LABEL",
     "CONFIGMAP_MAX_BYTES",
-    "EvalPlan",
     "ObjectTooLargeError",
+    "PodPlan",
     "build_code_configmap",
     "build_configmap",
     "build_network_policy",
     "build_pod",
     "code_configmap_name",
-    "eval_labels",
-    "plan_evaluation",
+    "image_for",
+    "plan_pod",
+    "pod_deadline_s",
+    "pod_labels",
     "render_objects_yaml",
     "run_labels",
     "to_dict",
 ]
 
 APP_LABEL = {"app.kubernetes.io/name": "gagar-sandbox", "app.kubernetes.io/managed-by": "gagar"}
-RUN_KEY, EVAL_KEY = "gagar.dev/run", "gagar.dev/eval"
+RUN_KEY, POD_KEY = "gagar.dev/run", "gagar.dev/pod"
 CONFIGMAP_MAX_BYTES = 1024 * 1024 - 16 * 1024
 """Data a ConfigMap may carry: the API server's 1 MiB limit less room for metadata."""
-INPUT_DIR, WORKSPACE_DIR = "/gagar/input", "/workspace"
+INPUT_DIR, WORKSPACE_DIR, TMP_DIR = "/gagar/input", "/workspace", "/tmp"
 RESULT_PATH = "/dev/termination-log"
 """The container's terminationMessagePath: where the runner writes its encoded summary."""
 _RUNNER_SOURCE = resources.files("gagar.sandbox.k8s").joinpath("pod_runner.py").read_text(encoding="utf-8")
@@ -61,7 +67,10 @@ _SHIPPED = {
     "gagar_pristine.py": "pristine.py",
     f"{PLUGIN_MODULE}.py": "judge_plugin.py",
     f"{MONITOR_MODULE}.py": "judge_monitor.py",
+    "gagar_forkserver.py": "forkserver_worker.py",
 }
+POD_SETUP_S = 300
+"""Seconds a pod's deadline allows beyond its evaluations' own: image pull, repository copy."""
 _SHIPPED_SOURCES = {
     name: resources.files("gagar.sandbox").joinpath(module).read_text(encoding="utf-8")
     for name, module in _SHIPPED.items()
@@ -69,9 +78,9 @@ _SHIPPED_SOURCES = {
 
 
 class ObjectTooLargeError(ValueError):
-    """The evaluation's inputs do not fit into one ConfigMap.
+    """The pod's inputs do not fit into one ConfigMap.
 
-    ``policy_fault`` is True when the task's own inputs fit and the model patch tips them over.
+    ``policy_fault`` is True when the task's own inputs fit and the model patches tip them over.
     """
 
     def __init__(self, message: str, policy_fault: bool) -> None:
@@ -80,35 +89,47 @@ class ObjectTooLargeError(ValueError):
 
 
 @dataclass(frozen=True)
-class EvalPlan:
-    """What one evaluation needs to build its objects; ids are hex digests, safe as names and labels."""
+class PodPlan:
+    """One pod: evaluations of one task in one image; ids are hex digests, safe as names and labels."""
 
     run_id: str
-    eval_id: str
+    pod_id: str
     nonce: str
     image: str
     task: Task
-    prediction: Prediction
+    predictions: tuple[Prediction, ...]
 
     @property
     def name(self) -> str:
-        """Name of the evaluation's pod and ConfigMap (a DNS-1123 label)."""
-        return f"gagar-sbx-{self.run_id[:8]}-{self.eval_id}"
+        """Name of the pod and its ConfigMap (a DNS-1123 label)."""
+        return f"gagar-sbx-{self.run_id[:8]}-{self.pod_id}"
 
 
 def _digest(text: str, length: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
-def plan_evaluation(
-    config: KubernetesSandboxConfig, run_id: str, index: int, task: Task, prediction: Prediction
-) -> EvalPlan:
-    """The plan of job ``index`` of run ``run_id``; raises ValueError when no image is known for the task."""
+def image_for(config: KubernetesSandboxConfig, task: Task) -> str:
+    """The image a task's pods run; raises ValueError when neither the task nor the backend names one."""
     image = task.environment.image or config.image
     if image is None:
         raise ValueError(f"task {task.instance_id!r} has no environment.image and the backend has no image")
-    eval_id = _digest(f"{run_id}/{index}/{prediction.key}", 16)
-    return EvalPlan(run_id, eval_id, secrets.token_hex(16), image, task, prediction)
+    return image
+
+
+def plan_pod(
+    config: KubernetesSandboxConfig, run_id: str, seq: int, task: Task, predictions: Sequence[Prediction]
+) -> PodPlan:
+    """The plan of pod ``seq`` of run ``run_id``, evaluating ``predictions`` of ``task`` in turn."""
+    if not predictions:
+        raise ValueError("a pod needs at least one prediction")
+    pod_id = _digest(f"{run_id}/{seq}/" + "/".join(p.key for p in predictions), 16)
+    return PodPlan(run_id, pod_id, secrets.token_hex(16), image_for(config, task), task, tuple(predictions))
+
+
+def pod_deadline_s(config: KubernetesSandboxConfig, evaluations: int) -> int:
+    """activeDeadlineSeconds of a pod of ``evaluations``: each one's deadline plus the set-up."""
+    return math.ceil(evaluations * config.limits.wall_time_s) + POD_SETUP_S
 
 
 def run_labels(config: KubernetesSandboxConfig, run_id: str) -> dict[str, str]:
@@ -116,22 +137,31 @@ def run_labels(config: KubernetesSandboxConfig, run_id: str) -> dict[str, str]:
     return {**config.labels, **APP_LABEL, RUN_KEY: run_id}
 
 
-def eval_labels(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, str]:
-    """Labels of one evaluation's objects."""
-    return {**run_labels(config, plan.run_id), EVAL_KEY: plan.eval_id}
+def pod_labels(config: KubernetesSandboxConfig, plan: PodPlan) -> dict[str, str]:
+    """Labels of one pod's objects."""
+    return {**run_labels(config, plan.run_id), POD_KEY: plan.pod_id}
 
 
-def _metadata(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ObjectMeta:
-    annotations = {"gagar.dev/instance-id": plan.task.instance_id, "gagar.dev/key": plan.prediction.key}
+def _metadata(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1ObjectMeta:
+    keys = json.dumps([p.key for p in plan.predictions])
+    annotations = {"gagar.dev/instance-id": plan.task.instance_id, "gagar.dev/keys": keys[:4096]}
     return client.V1ObjectMeta(
-        name=plan.name, namespace=config.namespace, labels=eval_labels(config, plan), annotations=annotations
+        name=plan.name, namespace=config.namespace, labels=pod_labels(config, plan), annotations=annotations
     )
 
 
-def _spec(config: KubernetesSandboxConfig, plan: EvalPlan) -> dict[str, Any]:
+def _patch_name(position: int) -> str:
+    return f"model-{position}.patch"
+
+
+def _spec(config: KubernetesSandboxConfig, plan: PodPlan) -> dict[str, Any]:
     task, judge = plan.task, config.judge
     return {
         "nonce": plan.nonce,
+        "patches": [_patch_name(i) for i in range(len(plan.predictions))],
+        "limits": config.limits.model_dump(
+            include={"wall_time_s", "cpu_time_s", "memory_bytes", "max_file_bytes", "max_output_bytes"}
+        ),
         "repo_source": "snapshot" if task.snapshot is not None else "image",
         "image_repo_dir": config.image_repo_dir,
         "test_cmd": task.test_cmd or config.default_test_cmd,
@@ -163,38 +193,43 @@ def build_code_configmap(config: KubernetesSandboxConfig, run_id: str) -> client
     )
 
 
-def build_configmap(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1ConfigMap:
-    """The evaluation's own read-only inputs (spec, patches, snapshot).
+def build_configmap(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1ConfigMap:
+    """The pod's own read-only inputs (spec, model patches, test patch, snapshot).
 
     Raises:
         ObjectTooLargeError: they exceed what one ConfigMap holds (1 MiB).
     """
-    data = {
-        "spec.json": json.dumps(_spec(config, plan)),
-        "model.patch": plan.prediction.model_patch,
-        "test.patch": plan.task.test_patch,
-    }
+    patches = {_patch_name(i): p.model_patch for i, p in enumerate(plan.predictions)}
+    data = {"spec.json": json.dumps(_spec(config, plan)), **patches, "test.patch": plan.task.test_patch}
     if plan.task.snapshot is not None:
         data["snapshot.json"] = json.dumps(plan.task.snapshot)
     sizes = {key: len(key) + len(value.encode("utf-8")) for key, value in data.items()}
     total = sum(sizes.values())
     if total > CONFIGMAP_MAX_BYTES:
         largest = max(sizes, key=sizes.__getitem__)
+        keys = ", ".join(repr(p.key) for p in plan.predictions)
         raise ObjectTooLargeError(
-            f"inputs of {plan.prediction.key!r} take {total} bytes, over the ConfigMap limit of "
+            f"inputs of {keys} take {total} bytes, over the ConfigMap limit of "
             f"{CONFIGMAP_MAX_BYTES} (largest: {largest}, {sizes[largest]} bytes)",
-            policy_fault=total - sizes["model.patch"] <= CONFIGMAP_MAX_BYTES,
+            policy_fault=total - sum(sizes[k] for k in patches) <= CONFIGMAP_MAX_BYTES,
         )
     return client.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=_metadata(config, plan), data=data)
 
 
-def _container(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Container:
+def _container(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Container:
     res = config.resources
     return client.V1Container(
         name="sandbox",
         image=plan.image,
         image_pull_policy="IfNotPresent",
-        command=[config.runner_python, f"{INPUT_DIR}/runner.py", INPUT_DIR, WORKSPACE_DIR, RESULT_PATH],
+        command=[
+            config.runner_python,
+            f"{INPUT_DIR}/runner.py",
+            INPUT_DIR,
+            WORKSPACE_DIR,
+            RESULT_PATH,
+            TMP_DIR,
+        ],
         working_dir=WORKSPACE_DIR,
         env=[client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="TMPDIR", value="/tmp")],
         resources=client.V1ResourceRequirements(
@@ -222,15 +257,15 @@ def _container(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Cont
         volume_mounts=[
             client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
             client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_DIR),
-            client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+            client.V1VolumeMount(name="tmp", mount_path=TMP_DIR),
         ],
         termination_message_path=RESULT_PATH,
         termination_message_policy="FallbackToLogsOnError",
     )
 
 
-def build_pod(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Pod:
-    """The hardened pod that runs one evaluation (restricted Pod Security Standard)."""
+def build_pod(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Pod:
+    """The hardened pod that runs the plan's evaluations (restricted Pod Security Standard)."""
     res = config.resources
     return client.V1Pod(
         api_version="v1",
@@ -238,7 +273,7 @@ def build_pod(config: KubernetesSandboxConfig, plan: EvalPlan) -> client.V1Pod:
         metadata=_metadata(config, plan),
         spec=client.V1PodSpec(
             restart_policy="Never",
-            active_deadline_seconds=config.active_deadline_s,
+            active_deadline_seconds=pod_deadline_s(config, len(plan.predictions)),
             termination_grace_period_seconds=5,
             automount_service_account_token=False,
             enable_service_links=False,
@@ -304,7 +339,7 @@ def render_objects_yaml(
     task: Task, prediction: Prediction, config: KubernetesSandboxConfig, run_id: str = "0" * 12
 ) -> str:
     """The NetworkPolicy and code ConfigMap of a run, the ConfigMap and Pod of one evaluation, as YAML."""
-    plan = plan_evaluation(config, run_id, 0, task, prediction)
+    plan = plan_pod(config, run_id, 0, task, [prediction])
     objs = [
         build_network_policy(config, run_id),
         build_code_configmap(config, run_id),

@@ -1,9 +1,11 @@
 """From a finished (or stuck) pod to a TestResult: pod status checks, log summary, the judge's verdict.
 
 Status mapping: image pull failures, container-creation errors, evictions for node
-pressure and pods that never start are ``infra_error`` (never the policy's fault); a pod
+pressure, pods that never start and runners killed before they finished (a pod failed
+without a deadline, eviction or OOM) are ``infra_error`` (never the policy's fault); a pod
 past its activeDeadlineSeconds is a ``timeout``; an OOM-killed container is ``failed``;
-a patch that does not apply is ``error``; otherwise, from the runner's summary (its
+a patch that does not apply is ``error``; an evaluation past its own deadline inside the pod
+is a ``timeout``; otherwise, from the runner's summary of each evaluation of the pod (its
 termination message, else its log), the local backend's judge
 (:func:`gagar.sandbox.verdict.judge`) decides from what the in-pod runner reset, the library
 files the patch changed, and the judge plugin's report: ``passed`` (resolved), ``failed``,
@@ -16,6 +18,7 @@ import base64
 import json
 import re
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -34,6 +37,7 @@ __all__ = [
     "PodCheck",
     "check_pod",
     "decode_result",
+    "group_results",
     "parse_summary",
     "result_from_summary",
     "termination_message",
@@ -64,6 +68,15 @@ def _unscheduled_reason(pod: dict[str, Any]) -> str | None:
     return None
 
 
+def _ended(statuses: list[dict[str, Any]]) -> str:
+    """How the sandbox container terminated, in words."""
+    for cs in statuses:
+        term = (cs.get("state") or {}).get("terminated")
+        if term is not None:
+            return f"exit code {term.get('exitCode')} ({term.get('reason') or 'no reason'})"
+    return "no container status"
+
+
 def check_pod(pod: dict[str, Any]) -> PodCheck:
     """Classify a pod in its API (JSON) form; 'waiting' carries why it is not running yet, if known.
 
@@ -80,8 +93,10 @@ def check_pod(pod: dict[str, Any]) -> PodCheck:
             return PodCheck("evicted_limit" if limit_hit else "infra_error", f"evicted: {message}")
         for cs in statuses:
             term = (cs.get("state") or {}).get("terminated")
-            if term is not None and term.get("reason") == "OOMKilled":
+            if term is not None and term.get("reason") == "OOMKilled" and phase == "Failed":
                 return PodCheck("oom_killed", "OOMKilled: the tests exceeded the memory limit")
+        if phase == "Failed":  # the runner exits 0 once it has judged its group: it was killed
+            return PodCheck("infra_error", f"the pod's runner did not finish: {_ended(statuses)}")
         return PodCheck("finished")
     for cs in statuses:
         waiting = (cs.get("state") or {}).get("waiting")
@@ -190,12 +205,13 @@ def _reference(raw: Any) -> Reference | None:
 def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeConfig) -> Judgement:
     """The local backend's verdict on the pod's test run."""
     code = summary.get("exit_code")
+    sent = summary.get("output_bytes")
     run = RunOutcome(
         returncode=code if isinstance(code, int) else None,
         timed_out=False,
-        output_exceeded=False,
+        output_exceeded=summary.get("output_exceeded") is True,
         duration_s=0.0,
-        output_bytes=len(log),
+        output_bytes=sent if isinstance(sent, int) else len(log),
         log=log,
     )
     flags = _judged_flags(summary.get("judged"), config)
@@ -206,6 +222,8 @@ def _tests_result(task: Task, summary: dict[str, Any], log: str, config: JudgeCo
 
 _STAGE_ERRORS = {
     "setup": (Status.INFRA_ERROR, "the pod could not lay out the repository"),
+    "timeout": (Status.TIMEOUT, "the evaluation ran past its deadline in the pod (limits.wall_time_s)"),
+    "lost": (Status.ERROR, "the evaluation's process ended without a result (killed from inside?)"),
     "model_patch": (Status.ERROR, "the model patch does not apply"),
     "test_patch": (Status.ERROR, "the task's test patch does not apply after the model patch"),
 }
@@ -234,3 +252,35 @@ def result_from_summary(
     return TestResult(
         **base, status=j.status, resolved=j.resolved, tests=j.tests, reason=j.reason, hacks=j.hacks, log=log
     )
+
+
+def group_results(
+    task: Task,
+    keys: Sequence[str],
+    group: dict[str, Any] | None,
+    duration_s: float,
+    max_log_chars: int,
+    pod_log: str = "",
+    config: JudgeConfig | None = None,
+) -> list[TestResult]:
+    """One TestResult per key, from the runner's account of its pod (None: it printed none).
+
+    ``group`` is ``{"results": [summary, ...], "reference": ...}`` in the order of ``keys``; the
+    shared reference goes to every summary that carries none of its own. An evaluation the
+    account lacks is ``infra_error``.
+    """
+    raw = group.get("results") if isinstance(group, dict) else None
+    summaries = raw if isinstance(raw, list) else []
+    reference = group.get("reference") if isinstance(group, dict) else None
+    out = []
+    for position, key in enumerate(keys):
+        summary = summaries[position] if position < len(summaries) else None
+        if not isinstance(summary, dict):
+            out.append(result_from_summary(task, key, None, duration_s, max_log_chars, pod_log, config))
+            continue
+        if "reference" not in summary and reference is not None:
+            summary = {**summary, "reference": reference}
+        took = summary.get("duration_s")
+        took = float(took) if isinstance(took, int | float) else duration_s
+        out.append(result_from_summary(task, key, summary, took, max_log_chars, pod_log, config))
+    return out
