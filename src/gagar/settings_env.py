@@ -4,7 +4,7 @@ and a check that refuses a variable no class reads (a typo would otherwise pass 
 Each settings class has a prefix of its own: the training config's sections (``GAGAR_ROLLOUT__``,
 ``GAGAR_SANDBOX__``, …), the sandbox limits (``GAGAR_LIMITS__``), the local and Kubernetes sandbox
 backends (``GAGAR_LOCAL_SANDBOX__``, ``GAGAR_KUBERNETES__``), the judge (``GAGAR_JUDGE__``) and the
-artifact store (``GAGAR_STORAGE__``). Variables with a single underscore (``GAGAR_SEED``,
+artifact store (``GAGAR_STORAGE__``) and the task images (``GAGAR_TASK_IMAGES__``). Variables with a single underscore (``GAGAR_SEED``,
 ``GAGAR_KFP_HOST``) are not families and are not checked here.
 """
 
@@ -28,6 +28,7 @@ def families(train_config: type[BaseModel]) -> dict[str, type[BaseModel]]:
     from gagar.sandbox.limits import SandboxLimits
     from gagar.sandbox.local import LocalSandboxSettings
     from gagar.storage.settings import StorageSettings
+    from gagar.tasks.images import ImageSettings
 
     found: dict[str, type[BaseModel]] = {
         "GAGAR_LIMITS__": SandboxLimits,
@@ -35,6 +36,7 @@ def families(train_config: type[BaseModel]) -> dict[str, type[BaseModel]]:
         "GAGAR_KUBERNETES__": KubernetesSandboxConfig,
         "GAGAR_JUDGE__": JudgeConfig,
         "GAGAR_STORAGE__": StorageSettings,
+        "GAGAR_TASK_IMAGES__": ImageSettings,
     }
     for name, info in train_config.model_fields.items():
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):

@@ -62,9 +62,9 @@ def test_one_image_per_distinct_environment_recorded_in_each_task() -> None:
     images = {t.instance_id: t.environment.image for t in out}
     assert images["a-1"] == images["a-2"] != images["b-1"]
     assert len(set(images.values())) == 3
-    assert all(image.startswith("gagar/task-env:env-") for image in images.values())
+    assert all(image.startswith("localhost/gagar/task-env:env-") for image in images.values())
     assert len(report.built) == 4  # base + three environments
-    assert report.built[0].startswith("gagar/task-env:base-")
+    assert report.built[0].startswith("localhost/gagar/task-env:base-")
     env = dict(engine.builds)[images["gen-1"]]
     assert env.startswith(f"FROM {report.built[0]}\n")
     assert "pip install -r /opt/gagar-env/requirements.txt" in env
@@ -96,7 +96,7 @@ def test_an_instance_layer_carries_the_snapshot_and_needs_one() -> None:
     engine = FakeEngine()
     snap = {"lib/a.py": "x = 1\n", "tests/test_a.py": "def test_a():\n    pass\n"}
     (out,), report = build_images([task("s", ["pytest==8.3.4"], snap)], cfg, engine)
-    assert out.environment.image.startswith("gagar/task-env:instance-")
+    assert out.environment.image.startswith("localhost/gagar/task-env:instance-")
     assert len(report.built) == 3
     assert "COPY repo/ /testbed/" in dict(engine.builds)[out.environment.image]
     with pytest.raises(ValueError, match=r"'bare'.*snapshot"):

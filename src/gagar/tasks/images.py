@@ -58,8 +58,10 @@ class ImageSettings(BaseSettings):
 
     base_image: str = "python:3.11.11-slim-bookworm"
     """Image the base layer starts from: it needs python3 with pip, as ``python`` on PATH."""
-    repository: str = "gagar/task-env"
-    """Repository part of every tag; the tag part is ``<layer>-<hash>``."""
+    repository: str = "localhost/gagar/task-env"
+    """Repository part of every tag, registry host included; the tag part is ``<layer>-<hash>``. The
+    default names the images as podman stores them and as a node resolves them once loaded into its
+    engine; for a cluster that pulls, name a registry its nodes reach (and push the images there)."""
     engine: str = "podman"
     """Container engine command that builds (``podman`` or ``docker``)."""
     default_requirements: list[str] = Field(default_factory=lambda: ["pytest"])
