@@ -30,8 +30,8 @@ __all__ = [
     "SANDBOX_WORK",
     "rlimit_args",
     "sandbox_argv",
-    "session_argv",
     "sandbox_env",
+    "session_argv",
     "venv_of",
     "worker_argv",
 ]
@@ -187,7 +187,9 @@ def session_argv(
     """The argv of an agent's persistent shell (:mod:`gagar.sandbox.session`): the judge's sandbox
     (:func:`sandbox_argv`) with the working tree at ``/sandbox/repo``, the session's own state folder
     (the editor's undo history) at ``/sandbox/state``, and the folder holding the editor script
-    read-only at ``/sandbox/tools``; no judge folder. The shell reads its commands from stdin."""
+    read-only at ``/sandbox/tools``; no judge folder; the sandbox's root read-only, so that the tree,
+    the state folder and the private ``/tmp`` (bounded) are all it can write. The shell reads its
+    commands from stdin."""
     return [
         *_dropped(tools, uid, limits),
         "--bind",
@@ -200,6 +202,8 @@ def session_argv(
         str(tools_dir),
         SANDBOX_TOOLS,
         *_interpreter_args(python),
+        "--remount-ro",
+        "/",
         "--chdir",
         SANDBOX_REPO,
         "--",

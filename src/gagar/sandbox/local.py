@@ -306,7 +306,11 @@ class LocalBackend:
             env = {**sandbox_env(python), **self._env(str(ws.repo), str(ws.judge), ws, channels.fds, prep)}
             return self._run_unisolated(command, python, ws, env, channels.fds)
         env = {**sandbox_env(python), **self._env(SANDBOX_REPO, SANDBOX_JUDGE, ws, channels.fds, prep)}
-        tools = (tool_path(self.settings.prlimit), tool_path(self.settings.setpriv), tool_path(self.settings.bwrap))
+        tools = (
+            tool_path(self.settings.prlimit),
+            tool_path(self.settings.setpriv),
+            tool_path(self.settings.bwrap),
+        )
         s = self.settings
         with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
             clear_uid(uid)  # a holder that died mid-run may have left processes behind

@@ -174,17 +174,23 @@ class LocalSession:
     def _exchange(self, command: str, timeout_s: float) -> tuple[str, bool, bool]:
         """Run ``command`` in the shell: its output (head and tail), whether it timed out or flooded,
         whether the shell ended."""
-        assert self._shell is not None and self._shell.stdin is not None and self._shell.stdout is not None
+        shell = self._shell
+        assert shell is not None
+        assert shell.stdin is not None
+        assert shell.stdout is not None
         marker = f"__gagar_done_{self._nonce}__".encode()
         encoded = base64.b64encode(command.encode()).decode()
-        line = f"eval \"$(printf %s {encoded} | base64 -d)\" </dev/null 2>&1; printf '\\n%s\\n' {marker.decode()}\n"
+        line = (
+            f'eval "$(printf %s {encoded} | base64 -d)" </dev/null 2>&1; '
+            f"printf '\\n%s\\n' {marker.decode()}\n"
+        )
         try:
-            self._shell.stdin.write(line.encode())
-            self._shell.stdin.flush()
+            shell.stdin.write(line.encode())
+            shell.stdin.flush()
         except OSError:
             return "", False, True
         out, window = BoundedOutput(2 * self.max_chars), b""
-        fd, deadline = self._shell.stdout.fileno(), time.monotonic() + timeout_s
+        fd, deadline = shell.stdout.fileno(), time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or out.total > self.limits.max_output_bytes:

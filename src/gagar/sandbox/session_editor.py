@@ -39,7 +39,7 @@ def numbered(text: str, first: int = 1) -> str:
 
 
 def view_lines(text: str, view_range: list[int] | None) -> str:
-    """The numbered lines of ``text`` in ``view_range`` ``[first, last]`` (1-based, ``last`` -1: to the end)."""
+    """The numbered lines of ``text`` in ``view_range`` ``[first, last]`` (1-based; ``last`` -1: the end)."""
     lines = text.split("\n")
     if text.endswith("\n"):
         lines = lines[:-1]
@@ -65,7 +65,9 @@ def replace_unique(text: str, old: str, new: str) -> tuple[str, int]:
         starts, at = [], -1
         while (at := text.find(old, at + 1)) != -1:
             starts.append(text.count("\n", 0, at) + 1)
-        raise EditError(f"old_str occurs {count} times (lines {starts}); include more context to make it unique")
+        raise EditError(
+            f"old_str occurs {count} times (lines {starts}); include more context to make it unique"
+        )
     at = text.index(old)
     return text[:at] + new + text[at + len(old) :], text.count("\n", 0, at) + 1
 
@@ -104,9 +106,16 @@ def _history(full: str) -> str:
     return os.path.join(STATE, "undo-" + hashlib.sha256(full.encode()).hexdigest()[:16] + ".json")
 
 
+def _stack(hist: str) -> list[str | None]:
+    if not os.path.exists(hist):
+        return []
+    with open(hist) as fh:
+        return list(json.load(fh))
+
+
 def _push(full: str, before: str | None) -> None:
     hist = _history(full)
-    stack = json.load(open(hist)) if os.path.exists(hist) else []
+    stack = _stack(hist)
     stack.append(before)
     with open(hist, "w") as fh:
         json.dump(stack, fh)
@@ -165,7 +174,8 @@ def run(request: dict[str, object]) -> str:
         after, line = replace_unique(before, old, new)
         _write(full, after)
         _push(full, before)
-        return f"edited {rel}; the lines around the change now read:\n{snippet(after, line, new.count(chr(10)) + 1)}"
+        shown = snippet(after, line, new.count("\n") + 1)
+        return f"edited {rel}; the lines around the change now read:\n{shown}"
     if command == "insert":
         line, new = request.get("insert_line"), request.get("new_str")
         if not isinstance(line, int) or not isinstance(new, str):
@@ -174,10 +184,11 @@ def run(request: dict[str, object]) -> str:
         after = insert_after(before, line, new)
         _write(full, after)
         _push(full, before)
-        return f"inserted into {rel}; the lines around it now read:\n{snippet(after, line + 1, new.count(chr(10)) + 1)}"
+        shown = snippet(after, line + 1, new.count("\n") + 1)
+        return f"inserted into {rel}; the lines around it now read:\n{shown}"
     if command == "undo_edit":
         hist = _history(full)
-        stack = json.load(open(hist)) if os.path.exists(hist) else []
+        stack = _stack(hist)
         if not stack:
             raise EditError(f"no edit of {rel} to undo")
         before = stack.pop()
