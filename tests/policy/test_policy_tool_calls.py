@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gagar.policy.agent import AgentSettings
+from gagar.policy.agent import TOOL_CALL_KINDS, AgentSettings
 from gagar.policy.generation import Sample
 from gagar.policy.rollout import agent_for
 from gagar.policy.tokenizer import train_tokenizer
@@ -34,7 +34,8 @@ TOOLS_TEMPLATE = (  # a Qwen2.5-style template with a tools section, written off
     "{%- else %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- endif %}"
     "{%- for m in messages[1:] %}{%- if m['role'] == 'tool' %}"
     "{{- '<|im_start|>user\\n<tool_response>\\n' + m['content'] + '\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- else %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
@@ -123,8 +124,7 @@ def test_validation_against_the_declared_schema() -> None:
 def test_parsing_never_raises(reply: str) -> None:
     call = parse_tool_call(reply)
     assert isinstance(call, (str, ToolCall))
-    assert kind_of_call(reply) in {"malformed", "bash", "bash_tests", "view", "create", "str_replace", "insert",
-                                   "undo_edit", "submit"}  # fmt: skip
+    assert kind_of_call(reply) in TOOL_CALL_KINDS
 
 
 def test_misquote_changes_indentation_only() -> None:
@@ -135,15 +135,18 @@ def test_misquote_changes_indentation_only() -> None:
 def test_a_template_with_a_tools_section_renders_the_tools(tasks) -> None:
     task = tasks[0]
     plain, native = _tokenizer(task), _tokenizer(task, TOOLS_TEMPLATE)
-    assert not template_renders_tools(plain) and template_renders_tools(native)
+    assert not template_renders_tools(plain)
+    assert template_renders_tools(native)
     kit_plain = ToolCallKit(plain, AgentSettings(kind="tool-call"), lambda t: None)
     kit_native = ToolCallKit(native, AgentSettings(kind="tool-call"), lambda t: None)
     msgs = kit_native.first_messages(task)
     by_template = kit_native.render(native, msgs, True)
-    assert "# Tools\n<tools>" in by_template and HERMES_HEADER not in by_template
+    assert "# Tools\n<tools>" in by_template
+    assert HERMES_HEADER not in by_template
     assert json.dumps(TOOLS[0]) in by_template  # the template's own tojson rendering
     hermes = kit_plain.render(plain, msgs, True)
-    assert HERMES_HEADER in hermes and '"name": "str_replace_editor"' in hermes
+    assert HERMES_HEADER in hermes
+    assert '"name": "str_replace_editor"' in hermes
 
 
 def _conversation(task: Task, tokenizer, replies: list[str]):
@@ -151,8 +154,8 @@ def _conversation(task: Task, tokenizer, replies: list[str]):
     kit = ToolCallKit(tokenizer, AgentSettings(kind="tool-call", max_tokens=4096), lambda t: FakeSession(log))
     backend = Replay(tokenizer, replies)
     [traj] = run_tool_loops(
-        [(task, "t0", "g0")], backend, tokenizer, SamplingParams(), AgentSettings(kind="tool-call", max_tokens=4096),
-        kit=kit,
+        [(task, "t0", "g0")], backend, tokenizer, SamplingParams(),
+        AgentSettings(kind="tool-call", max_tokens=4096), kit=kit,
     )  # fmt: skip
     return traj, backend, log
 
@@ -168,7 +171,8 @@ def test_no_tool_output_token_has_loss_weight(tasks) -> None:
             call_text("submit"),
         ]
         traj, backend, log = _conversation(task, tokenizer, replies)
-        assert traj.finish_reason == "submit" and traj.turns == 4
+        assert traj.finish_reason == "submit"
+        assert traj.turns == 4
         assert traj.tool_calls == {"view": 1, "malformed": 1, "bash_tests": 1, "submit": 1}
         assert log == ["edit view", "bash python -m pytest -q", "closed"]
         assert traj.messages[5].content.startswith("error: the tool call is not valid JSON")
@@ -192,8 +196,10 @@ def test_sessions_close_when_conversations_end_without_submit(tasks) -> None:
     agent = AgentSettings(kind="tool-call", max_tokens=4096, max_turns=2)
     kit = ToolCallKit(tokenizer, agent, lambda t: FakeSession(log))
     [traj] = run_tool_loops(
-        [(task, "t", "g")], Replay(tokenizer, [call_text("bash", command="ls")] * 2), tokenizer, SamplingParams(),
-        agent, kit=kit,
+        [(task, "t", "g")], Replay(tokenizer, [call_text("bash", command="ls")] * 2), tokenizer,
+        SamplingParams(), agent, kit=kit,
     )  # fmt: skip
-    assert traj.finish_reason == "max_turns" and traj.model_patch == "" and traj.parse_error == "no SUBMIT"
+    assert traj.finish_reason == "max_turns"
+    assert traj.model_patch == ""
+    assert traj.parse_error == "no SUBMIT"
     assert log == ["bash ls", "bash ls", "closed"]

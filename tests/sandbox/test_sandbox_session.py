@@ -103,7 +103,9 @@ def test_shell_persists_and_edits_make_the_patch(session: LocalSession) -> None:
     )  # the visible tests run
     assert session.run("echo $MARK", 5) == "7\n"
     patch = session.patch()
-    assert "+    return a + b" in patch and "+n" in patch and "# top" not in patch
+    assert "+    return a + b" in patch
+    assert "+n" in patch
+    assert "# top" not in patch
 
 
 def test_hidden_tests_and_judge_files_never_enter(session: LocalSession, backend: LocalBackend) -> None:
@@ -129,7 +131,8 @@ def test_hostile_commands_are_contained(session: LocalSession, tmp_path: Path) -
     outside = tmp_path / "outside.txt"
     targets = f"/usr/x /etc/x /x /sandbox/x /sandbox/tools/x {outside}"
     writes = session.run(f"for f in {targets}; do touch $f 2>/dev/null && echo WROTE $f; done", 5)
-    assert writes == "" and not outside.exists()  # the tree, /tmp (private, bounded) and the state are all
+    assert writes == ""
+    assert not outside.exists()
     session.run(":(){ :|:& };:", 3)
     time.sleep(1)
     assert len(live_pids_of(session.uid)) <= LIMITS.max_processes  # RLIMIT_NPROC of the session's uid
@@ -137,7 +140,8 @@ def test_hostile_commands_are_contained(session: LocalSession, tmp_path: Path) -
     assert answers[-1] == "alive\n"
     host = os.getpid()
     killer = session.run(f"kill -9 {host}; kill -9 $PPID; kill -9 -1; echo survived", 5)
-    assert "No such process" in killer and os.getpid() == host  # the host is not even visible
+    assert "No such process" in killer
+    assert os.getpid() == host
     assert "new shell" in session.run("kill -9 $$", 5)  # the shell itself can die: a new one starts
     assert session.run("cat calc.py", 5) == CALC
 
@@ -156,10 +160,14 @@ def test_sessions_die_with_a_killed_rollout(work_root: Path, tmp_path: Path) -> 
         from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
         from gagar.sandbox.session import open_session
         from gagar.schema.task import Task
-        settings = LocalSandboxSettings(base_uid=63100, uid_count=4, uid_lock_dir=Path({str(tmp_path / "locks2")!r}),
-                                        work_root=Path({str(work_root)!r}))
-        task = Task(instance_id="t", repo="a/b", snapshot={{"a.py": "x = 1\\n"}}, problem_statement="p", patch="",
-                    FAIL_TO_PASS=["a.py::t"])
+        settings = LocalSandboxSettings(
+            base_uid=63100, uid_count=4, uid_lock_dir=Path({str(tmp_path / "locks2")!r}),
+            work_root=Path({str(work_root)!r}),
+        )
+        task = Task(
+            instance_id="t", repo="a/b", snapshot={{"a.py": "x = 1\\n"}}, problem_statement="p", patch="",
+            FAIL_TO_PASS=["a.py::t"],
+        )
         s = open_session(LocalBackend(SandboxLimits(), settings, workers=1), task, 500)
         s.run("sleep 1000 & sleep 1000 &", 5)
         print(s.uid, s.repo, flush=True)
