@@ -46,13 +46,13 @@ class FakeSession:
     def __init__(self, log: list[str]) -> None:
         self.log = log
 
-    def run(self, command: str, timeout_s: float) -> str:
-        self.log.append(f"bash {command}")
-        return "TOOL-OUTPUT-MARKER 1 passed"
+    def begin(self, command: str, timeout_s: float) -> None:
+        editing = "session_editor.py" in command
+        self.log.append("edit" if editing else f"bash {command}")
+        self.pending = "TOOL-OUTPUT-MARKER edited" if editing else "TOOL-OUTPUT-MARKER 1 passed"
 
-    def edit(self, request: dict[str, object], timeout_s: float) -> str:
-        self.log.append(f"edit {request['command']}")
-        return "TOOL-OUTPUT-MARKER edited"
+    def finish(self) -> str:
+        return self.pending
 
     def patch(self) -> str:
         return "diff --git a/x b/x\n"
@@ -174,7 +174,7 @@ def test_no_tool_output_token_has_loss_weight(tasks) -> None:
         assert traj.finish_reason == "submit"
         assert traj.turns == 4
         assert traj.tool_calls == {"view": 1, "malformed": 1, "bash_tests": 1, "submit": 1}
-        assert log == ["edit view", "bash python -m pytest -q", "closed"]
+        assert log == ["edit", "bash python -m pytest -q", "closed"]
         assert traj.messages[5].content.startswith("error: the tool call is not valid JSON")
         sampled = [t for t, m in zip(traj.response_token_ids, traj.loss_mask, strict=True) if m]
         assert tokenizer.decode(sampled, skip_special_tokens=True) == "".join(replies)

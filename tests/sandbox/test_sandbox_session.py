@@ -187,3 +187,13 @@ def test_sessions_die_with_a_killed_rollout(work_root: Path, tmp_path: Path) -> 
     root = Path(repo).parent
     assert root.exists()  # its workspace stays until swept, as a killed judge's does
     assert root in sweep_orphans(work_root, min_age_s=0)
+
+
+def test_calls_of_many_sessions_run_together(backend: LocalBackend) -> None:
+    with open_session(backend, _task(), 500) as a, open_session(backend, _task(), 500) as b:
+        start = time.monotonic()
+        a.begin("sleep 1; echo a", 5)
+        b.begin("sleep 1; echo b", 5)
+        assert (a.finish(), b.finish()) == ("a\n", "b\n")
+        assert time.monotonic() - start < 1.9
+        assert a.uid != b.uid

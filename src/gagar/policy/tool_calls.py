@@ -326,25 +326,32 @@ class ToolCallKit:
     def kind_of(self, reply: str) -> str:
         return kind_of_call(reply)
 
-    def _one(self, tools: SessionTools, reply: str) -> str:
+    def _begin(self, tools: SessionTools, reply: str) -> str | None:
+        """The answer to ``reply`` when it needs no session (an error, submit); else None, the call
+        sent to the session."""
+        from gagar.sandbox.session import editor_command
+
         call = parse_tool_call(reply)
         if isinstance(call, str):
             return f"error: {call}"
         if (problem := validate_call(call)) is not None:
             return f"error: {problem}"
-        timeout = self.settings.command_timeout_s
         if call.name == "submit":
             tools.submitted = True
             return "submitted"
-        if call.name == "bash":
-            output = tools.session.run(call.arguments["command"], timeout)
-            return output if output.strip() else "(no output)"
-        return tools.session.edit(call.arguments, timeout)
+        command = call.arguments["command"] if call.name == "bash" else editor_command(call.arguments)
+        tools.session.begin(command, self.settings.command_timeout_s)
+        return None
 
     def answer(self, turn: Sequence[tuple[ConversationTools, str]]) -> list[str]:
-        """Each call run in its conversation's session, one after the other."""
-        out = []
+        """Every call of the turn sent to its conversation's session, then every answer read: the
+        sessions run their calls at the same time."""
+        started = []
         for tools, reply in turn:
             assert isinstance(tools, SessionTools)
-            out.append(_cut(self._one(tools, reply), self.settings.max_tool_chars))
+            started.append(self._begin(tools, reply))
+        out = []
+        for (tools, _), answer in zip(turn, started, strict=True):
+            text = answer if answer is not None else tools.session.finish() or "(no output)"  # type: ignore[attr-defined]
+            out.append(_cut(text, self.settings.max_tool_chars))
         return out

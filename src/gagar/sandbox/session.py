@@ -46,7 +46,15 @@ from gagar.sandbox.workspace import hand_over, materialize, workspace
 from gagar.schema.task import Task
 from gagar.tasks.diffs import make_diff
 
-__all__ = ["EDITOR", "SKIPPED_DIRS", "LocalSession", "SessionError", "open_session", "read_tree"]
+__all__ = [
+    "EDITOR",
+    "SKIPPED_DIRS",
+    "LocalSession",
+    "SessionError",
+    "editor_command",
+    "open_session",
+    "read_tree",
+]
 
 EDITOR = Path(__file__).with_name("session_editor.py")
 """The editor script bound into every session (run by the sandbox's interpreter)."""
@@ -54,6 +62,12 @@ SKIPPED_DIRS = frozenset({".git", ".pytest_cache", "__pycache__", ".mypy_cache",
 """Folders of the working tree never read into the patch (caches a test run leaves behind)."""
 _READ_CHUNK = 1 << 16
 _prefer = itertools.count()
+
+
+def editor_command(request: dict[str, object]) -> str:
+    """The shell command that runs the session's editor on ``request`` (JSON, passed base64-encoded)."""
+    payload = base64.b64encode(json.dumps(request).encode()).decode()
+    return f"printf %s {payload} | base64 -d | /sandbox/bin/python {SANDBOX_TOOLS}/{EDITOR.name}"
 
 
 class SessionError(RuntimeError):
@@ -101,6 +115,7 @@ class LocalSession:
         self._stack = contextlib.ExitStack()
         self._shell: subprocess.Popen[bytes] | None = None
         self._nonce = secrets.token_hex(8)
+        self._pending: tuple[float, float, bool] | None = None
         self.restarts = 0
         """Shells started after the first (a timeout, an exit, an output flood)."""
         try:
@@ -171,26 +186,34 @@ class LocalSession:
             self.stop()
         self._stack.close()
 
-    def _exchange(self, command: str, timeout_s: float) -> tuple[str, bool, bool]:
-        """Run ``command`` in the shell: its output (head and tail), whether it timed out or flooded,
-        whether the shell ended."""
+    def _send(self, command: str) -> bool:
+        """Write ``command`` to the shell, followed by the end marker; False when the shell is gone."""
         shell = self._shell
         assert shell is not None
         assert shell.stdin is not None
-        assert shell.stdout is not None
-        marker = f"__gagar_done_{self._nonce}__".encode()
         encoded = base64.b64encode(command.encode()).decode()
         line = (
-            f'eval "$(printf %s {encoded} | base64 -d)" </dev/null 2>&1; '
-            f"printf '\\n%s\\n' {marker.decode()}\n"
+            f"eval \"$(printf %s {encoded} | base64 -d)\" </dev/null 2>&1; printf '\\n%s\\n' {self._marker}\n"
         )
         try:
             shell.stdin.write(line.encode())
             shell.stdin.flush()
         except OSError:
-            return "", False, True
-        out, window = BoundedOutput(2 * self.max_chars), b""
-        fd, deadline = shell.stdout.fileno(), time.monotonic() + timeout_s
+            return False
+        return True
+
+    @property
+    def _marker(self) -> str:
+        return f"__gagar_done_{self._nonce}__"
+
+    def _receive(self, deadline: float) -> tuple[str, bool, bool]:
+        """The output up to the end marker (head and tail): the text, whether it ran past
+        ``deadline`` or flooded, whether the shell ended."""
+        shell = self._shell
+        assert shell is not None
+        assert shell.stdout is not None
+        marker = self._marker.encode()
+        out, window, fd = BoundedOutput(2 * self.max_chars), b"", shell.stdout.fileno()
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or out.total > self.limits.max_output_bytes:
@@ -205,15 +228,28 @@ class LocalSession:
             window = (window + chunk)[-(len(marker) + 4) :]
             if window.rstrip(b"\n").endswith(marker):
                 text = out.text()
-                return text[: text.rfind(marker.decode())].removesuffix("\n"), False, False
+                return text[: text.rfind(self._marker)].removesuffix("\n"), False, False
 
-    def run(self, command: str, timeout_s: float) -> str:
-        """The output of ``command`` (stdout and stderr), with a note when it timed out, flooded or
-        ended the shell (a new shell is then started: files stay, shell state and processes go)."""
+    def _exchange(self, command: str, timeout_s: float) -> tuple[str, bool, bool]:
+        deadline = time.monotonic() + timeout_s
+        return self._receive(deadline) if self._send(command) else ("", False, True)
+
+    def begin(self, command: str, timeout_s: float) -> None:
+        """Send ``command`` to the shell and return at once; :meth:`finish` reads its answer (so that
+        the calls of many sessions run at the same time)."""
         if self._shell is None:
             self.restarts += 1
             self._start()
-        output, stopped, exited = self._exchange(command, timeout_s)
+        self._pending = (time.monotonic() + timeout_s, timeout_s, self._send(command))
+
+    def finish(self) -> str:
+        """The output of the command :meth:`begin` sent (stdout and stderr), with a note when it timed
+        out, flooded or ended the shell (a new shell is then started: files stay, shell state and
+        processes go)."""
+        if self._pending is None:
+            raise RuntimeError("finish() without begin()")
+        (deadline, timeout_s, sent), self._pending = self._pending, None
+        output, stopped, exited = self._receive(deadline) if sent else ("", False, True)
         note = ""
         if stopped:
             flooded = "its output passed the limit" if len(output) >= 2 * self.max_chars else ""
@@ -227,11 +263,14 @@ class LocalSession:
             self._start()
         return f"{output}\n{note}".strip() if note else output
 
+    def run(self, command: str, timeout_s: float) -> str:
+        """:meth:`begin` then :meth:`finish`: the output of ``command``."""
+        self.begin(command, timeout_s)
+        return self.finish()
+
     def edit(self, request: dict[str, object], timeout_s: float) -> str:
         """The editor's answer to ``request`` (:mod:`gagar.sandbox.session_editor`), run in the session."""
-        payload = base64.b64encode(json.dumps(request).encode()).decode()
-        script = f"{SANDBOX_TOOLS}/{EDITOR.name}"
-        return self.run(f"printf %s {payload} | base64 -d | /sandbox/bin/python {script}", timeout_s)
+        return self.run(editor_command(request), timeout_s)
 
     def patch(self) -> str:
         """Stop the session and diff its working tree against the repository it started from."""
