@@ -273,8 +273,9 @@ class SessionTools:
 
     @property
     def patch(self) -> str:
-        if self._patch is None:
-            self._patch = self.session.patch() if self.submitted else ""
+        if self._patch is None:  # a conversation that never opened its session changed nothing
+            opened = self._session is not None
+            self._patch = self._session.patch() if self.submitted and opened else ""
         return self._patch
 
     def close(self) -> None:
