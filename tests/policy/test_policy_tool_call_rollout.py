@@ -61,10 +61,9 @@ def test_rollout_runs_calls_in_sessions_and_leaves_none(tasks, tmp_path) -> None
     ] * 2
     settings = LocalSandboxSettings(base_uid=63200, uid_count=8, uid_lock_dir=tmp_path / "locks")
     sandbox = LocalBackend(settings=settings, workers=1)
-    trajectories = list(
-        rollout([task], Scripted(tokenizer, fixes, wanders, "sleep 100"), tokenizer, 2, SamplingParams(), agent=AGENT,
-                sandbox=sandbox, progress=False)
-    )  # fmt: skip
+    backend = Scripted(tokenizer, fixes, wanders, "sleep 100")
+    sampled = rollout([task], backend, tokenizer, 2, SamplingParams(), agent=AGENT, sandbox=sandbox)
+    trajectories = list(sampled)
     fixed, wandered = trajectories
     assert fixed.finish_reason == "submit"
     assert fixed.tool_calls == {"view": 1, "str_replace": 1, "bash_tests": 1, "submit": 1}
