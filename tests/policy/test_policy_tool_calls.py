@@ -203,3 +203,26 @@ def test_sessions_close_when_conversations_end_without_submit(tasks) -> None:
     assert traj.model_patch == ""
     assert traj.parse_error == "no SUBMIT"
     assert log == ["bash ls", "bash ls", "closed"]
+
+
+def test_eval_reports_the_share_of_submissions_that_ran_tests() -> None:
+    from gagar.policy.evaluate import TrajectoryEval, summarise
+    from gagar.schema.result import Status
+
+    def judged(tool_calls: dict[str, int], submitted: bool) -> TrajectoryEval:
+        return TrajectoryEval(
+            trajectory_id="t", instance_id="i", status=Status.FAILED, resolved=False, parsed=False, clean=False,
+            diff_size=None, relative_size=None, n_response_tokens=10, turns=3, submitted=submitted,
+            tool_calls=tool_calls,
+        )  # fmt: skip
+
+    quality = summarise(
+        [
+            judged({"bash_tests": 1, "submit": 1}, True),
+            judged({"view": 1, "submit": 1}, True),
+            judged({"bash_tests": 2, "malformed": 1}, False),
+        ]
+    )
+    assert quality.ran_tests_rate == 2 / 3
+    assert quality.tested_submissions_rate == 1 / 2
+    assert quality.tool_calls_mean["malformed"] == 1 / 3

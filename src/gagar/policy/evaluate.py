@@ -99,6 +99,9 @@ class RolloutQuality(BaseModel):
     ran_tests_rate: float = 0.0
     """Share of trajectories that ran the visible tests before they ended (RUN_TESTS, or a bash call
     running them; 0 for single-shot answers)."""
+    tested_submissions_rate: float | None = None
+    """Among the multi-turn trajectories that submitted, the share that ran the visible tests before
+    submitting; None when none submitted (or single-shot)."""
     tool_calls_mean: dict[str, float] = Field(default_factory=dict)
     """Multi-turn: mean calls per trajectory by command."""
     n_resolved: int
@@ -193,6 +196,9 @@ def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
         sampled_tokens_per_turn_mean=_mean([j.n_sampled_tokens / j.turns for j in kept]) or 0.0,
         submitted_rate=_mean([float(j.submitted) for j in kept]) or 0.0,
         ran_tests_rate=_mean([float(ran_tests(j.tool_calls)) for j in kept]) or 0.0,
+        tested_submissions_rate=_mean(
+            [float(ran_tests(j.tool_calls)) for j in kept if j.submitted and j.tool_calls]
+        ),
         tool_calls_mean={
             kind: sum(j.tool_calls.get(kind, 0) for j in kept) / n
             for kind in sorted({k for j in kept for k in j.tool_calls})
