@@ -211,7 +211,8 @@ def test_eval_reports_the_share_of_submissions_that_ran_tests() -> None:
 
     def judged(tool_calls: dict[str, int], submitted: bool) -> TrajectoryEval:
         return TrajectoryEval(
-            trajectory_id="t", instance_id="i", status=Status.FAILED, resolved=False, parsed=False, clean=False,
+            trajectory_id="t", instance_id="i", status=Status.FAILED, resolved=False, parsed=False,
+            clean=False,
             diff_size=None, relative_size=None, n_response_tokens=10, turns=3, submitted=submitted,
             tool_calls=tool_calls,
         )  # fmt: skip
