@@ -74,7 +74,7 @@ def replace_unique(text: str, old: str, new: str) -> tuple[str, int]:
 
 def insert_after(text: str, line: int, new: str) -> str:
     """``text`` with ``new`` inserted after line ``line`` (0: at the top)."""
-    lines = text.split("\n")
+    lines = text.split("\n") if text else []
     if text.endswith("\n"):
         lines = lines[:-1]
     if not 0 <= line <= len(lines):
