@@ -193,7 +193,10 @@ ROLLOUT_MEANS = (
     "rollout/ran_tests_ratio",
     "rollout/submitted_ratio",
     "rollout/edits_reverted_mean",
-    *(f"rollout/tool_calls/{command.lower()}" for command in (*COMMANDS, INVALID, *TOOL_CALL_KINDS)),
+    *(
+        f"rollout/tool_calls/{key}"
+        for key in dict.fromkeys(k.lower() for k in (*COMMANDS, INVALID, *TOOL_CALL_KINDS))
+    ),
 )
 """The per-trajectory means of :func:`rollout_metrics` (merged across generation batches by count)."""
 
@@ -226,9 +229,12 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         ),
         "rollout/edits_reverted_mean": mean(t.edits_reverted for t in trajectories),
     }
-    for command in (*COMMANDS, INVALID, *TOOL_CALL_KINDS):  # mean calls per trajectory
-        metrics[f"rollout/tool_calls/{command.lower()}"] = mean(
-            t.tool_calls.get(command, 0) for t in trajectories
+    kinds: dict[str, list[str]] = {}  # the tool loop's VIEW and the tool-call agent's view share a key
+    for kind in (*COMMANDS, INVALID, *TOOL_CALL_KINDS):
+        kinds.setdefault(kind.lower(), []).append(kind)
+    for key, same in kinds.items():  # mean calls per trajectory
+        metrics[f"rollout/tool_calls/{key}"] = mean(
+            sum(t.tool_calls.get(k, 0) for k in same) for t in trajectories
         )
     return metrics
 
