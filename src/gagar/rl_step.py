@@ -38,7 +38,7 @@ from gagar.advantage import (
     assemble_batch,
     compute_advantages,
 )
-from gagar.policy.agent import COMMANDS, INVALID
+from gagar.policy.agent import COMMANDS, INVALID, TOOL_CALL_KINDS, AgentKind, ran_tests
 from gagar.schema.batch import BatchEntry
 from gagar.schema.grade import Grade, ranks_for, scores_for
 from gagar.schema.result import HackKind, Status, TestResult
@@ -148,7 +148,11 @@ def rollout_stream(
     agent = agent_for(settings.agent)
     if agent.needs_sandbox and sandbox is None:
         raise ValueError(f"the {settings.agent.kind.value} agent runs the visible tests: it needs a sandbox")
-    run_tests = VisibleTests(sandbox, settings.agent.max_tool_chars) if agent.needs_sandbox else None
+    run_tests = (
+        VisibleTests(sandbox, settings.agent.max_tool_chars)
+        if agent.needs_sandbox and settings.agent.kind is AgentKind.TOOL_LOOP
+        else None
+    )
     chosen = (
         list(tasks)
         if every_task
@@ -176,6 +180,7 @@ def rollout_stream(
         progress=progress,
         agent=settings.agent,
         run_tests=run_tests,
+        sandbox=sandbox,
     )
 
 
@@ -188,7 +193,10 @@ ROLLOUT_MEANS = (
     "rollout/ran_tests_ratio",
     "rollout/submitted_ratio",
     "rollout/edits_reverted_mean",
-    *(f"rollout/tool_calls/{command.lower()}" for command in (*COMMANDS, INVALID)),
+    *(
+        f"rollout/tool_calls/{key}"
+        for key in dict.fromkeys(k.lower() for k in (*COMMANDS, INVALID, *TOOL_CALL_KINDS))
+    ),
 )
 """The per-trajectory means of :func:`rollout_metrics` (merged across generation batches by count)."""
 
@@ -215,15 +223,18 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "rollout/sampled_tokens_per_turn_mean": mean(
             s / t.turns for s, t in zip(sampled, trajectories, strict=True)
         ),
-        "rollout/ran_tests_ratio": mean(t.tool_calls.get("RUN_TESTS", 0) > 0 for t in trajectories),
+        "rollout/ran_tests_ratio": mean(ran_tests(t.tool_calls) for t in trajectories),
         "rollout/submitted_ratio": mean(
             t.finish_reason == "submit" if t.tool_calls else t.finish_reason == "stop" for t in trajectories
         ),
         "rollout/edits_reverted_mean": mean(t.edits_reverted for t in trajectories),
     }
-    for command in (*COMMANDS, INVALID):  # mean calls per trajectory
-        metrics[f"rollout/tool_calls/{command.lower()}"] = mean(
-            t.tool_calls.get(command, 0) for t in trajectories
+    kinds: dict[str, list[str]] = {}  # the tool loop's VIEW and the tool-call agent's view share a key
+    for kind in (*COMMANDS, INVALID, *TOOL_CALL_KINDS):
+        kinds.setdefault(kind.lower(), []).append(kind)
+    for key, same in kinds.items():  # mean calls per trajectory
+        metrics[f"rollout/tool_calls/{key}"] = mean(
+            sum(t.tool_calls.get(k, 0) for k in same) for t in trajectories
         )
     return metrics
 

@@ -61,6 +61,7 @@ def test_live_conversations_advance_together_and_tests_run_in_one_batch(tasks, t
     assert metrics["rollout/ran_tests_ratio"] == pytest.approx(2 / 5)
     assert metrics["rollout/tool_calls/run_tests"] == pytest.approx(3 / 5)
     assert metrics["rollout/submitted_ratio"] == 1.0
+    assert metrics["rollout/tool_calls/submit"] == 1.0  # SUBMIT: a key the tool-call agent shares
     assert metrics["rollout/sampled_tokens_mean"] == pytest.approx(np.mean([sum(t.loss_mask) for t in out]))
     registry = CollectorRegistry()
     unfed = record_step(build_metrics(registry), metrics)

@@ -29,7 +29,8 @@ def _default(model: type, name: str) -> str:
 AGENT_OPTION = typer.Option(
     None,
     "--agent",
-    help="single (one SEARCH/REPLACE answer) or tool-loop (multi-turn)." + _default(AgentSettings, "kind"),
+    help="single (one SEARCH/REPLACE answer), tool-loop (multi-turn, own commands) or tool-call "
+    "(multi-turn, native tool calls in a sandboxed session)." + _default(AgentSettings, "kind"),
     show_default=False,
 )
 MAX_TURNS_OPTION = typer.Option(
@@ -63,7 +64,9 @@ def agent_settings(**given: object) -> AgentSettings:
 
 
 SANDBOX_OPTION = typer.Option(
-    BackendName.LOCAL, "--sandbox", help="Where the tool loop's RUN_TESTS run (visible tests only)."
+    BackendName.LOCAL,
+    "--sandbox",
+    help="Where the tool loop's RUN_TESTS and the tool-call agent's sessions run (visible tests only).",
 )
 
 

@@ -56,7 +56,7 @@ def train(
         None, "--grader-model", help=_help("Learned grader directory", "grader.model")
     ),
     agent: AgentKind | None = typer.Option(
-        None, "--agent", help=_help("single or tool-loop (multi-turn)", "rollout.agent.kind")
+        None, "--agent", help=_help("single, tool-loop or tool-call (multi-turn)", "rollout.agent.kind")
     ),
     max_turns: int | None = typer.Option(
         None, "--max-turns", min=1, help=_help("Tool loop: most turns", "rollout.agent.max_turns")

@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from gagar.policy.agent import RAN_TESTS_KINDS
 from gagar.records import SCHEMA_VERSION, atomic_write_text
 from gagar.sandbox.patch import PatchError, apply_patch
 from gagar.sandbox.workspace import WorkspaceError, materialize
@@ -71,7 +72,7 @@ class CandidateEntry(BaseModel):
     turns: int = 1
     """Assistant turns of the trajectory (1: a single-shot answer)."""
     tests_run: int = 0
-    """How often the agent ran the visible tests (RUN_TESTS)."""
+    """How often the agent ran the visible tests (RUN_TESTS, or a bash call running them)."""
     edits_reverted: int = 0
     """Edit blocks the agent applied and took out again before submitting."""
 
@@ -106,7 +107,7 @@ class CandidateInput:
             trajectory.model_patch,
             result,
             conversation=tuple(trajectory.messages) if multi_turn else (),
-            tests_run=trajectory.tool_calls.get("RUN_TESTS", 0),
+            tests_run=sum(trajectory.tool_calls.get(kind, 0) for kind in RAN_TESTS_KINDS),
             edits_reverted=trajectory.edits_reverted,
         )
 

@@ -3,7 +3,10 @@ every sampling path: ``gagar rollout``, ``gagar train``, ``gagar policy eval``, 
 
 - ``single``: one SEARCH/REPLACE answer to a compact prompt (:mod:`gagar.policy.agent_format`);
 - ``tool-loop``: a conversation of VIEW, SEARCH, EDIT, RUN_TESTS and SUBMIT turns
-  (:mod:`gagar.policy.tool_loop`), bounded by ``max_turns``, ``max_tokens`` and ``max_seconds``.
+  (:mod:`gagar.policy.tool_loop`), bounded by ``max_turns``, ``max_tokens`` and ``max_seconds``;
+- ``tool-call``: a conversation of native tool calls (``bash``, ``str_replace_editor``, ``submit``)
+  rendered by the model's chat template, run in a sandboxed session per trajectory
+  (:mod:`gagar.policy.tool_calls`), under the same budgets.
 """
 
 from __future__ import annotations
@@ -12,12 +15,40 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["COMMANDS", "INVALID", "AgentKind", "AgentSettings"]
+__all__ = [
+    "COMMANDS",
+    "INVALID",
+    "RAN_TESTS_KINDS",
+    "TOOL_CALL_KINDS",
+    "AgentKind",
+    "AgentSettings",
+    "ran_tests",
+]
 
 COMMANDS = ("VIEW", "SEARCH", "EDIT", "RUN_TESTS", "SUBMIT")
 """The tool loop's commands; each assistant turn starts with one."""
 INVALID = "invalid"
 """The ``tool_calls`` key of a reply that starts with no known command."""
+TOOL_CALL_KINDS = (
+    "bash",
+    "bash_tests",
+    "view",
+    "create",
+    "str_replace",
+    "insert",
+    "undo_edit",
+    "submit",
+    "malformed",
+)
+"""The ``tool_calls`` keys of the tool-call agent: ``bash_tests`` is a ``bash`` call that runs the
+tests, the editor's commands count by name, ``malformed`` a reply whose call did not parse or validate."""
+RAN_TESTS_KINDS = ("RUN_TESTS", "bash_tests")
+"""``tool_calls`` keys that ran the repository's visible tests, one per multi-turn agent."""
+
+
+def ran_tests(tool_calls: dict[str, int]) -> bool:
+    """Whether a trajectory with these ``tool_calls`` ran the visible tests (before it ended)."""
+    return any(tool_calls.get(kind, 0) > 0 for kind in RAN_TESTS_KINDS)
 
 
 class AgentKind(StrEnum):
@@ -27,15 +58,18 @@ class AgentKind(StrEnum):
     """One SEARCH/REPLACE answer to a compact prompt."""
     TOOL_LOOP = "tool-loop"
     """A multi-turn conversation over tools, ending on SUBMIT."""
+    TOOL_CALL = "tool-call"
+    """A multi-turn conversation of native tool calls in a sandboxed session, ending on submit."""
 
 
 class AgentSettings(BaseModel):
-    """The agent and its per-trajectory budgets (the budgets apply to ``tool-loop`` only)."""
+    """The agent and its per-trajectory budgets (the budgets apply to the multi-turn agents only)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: AgentKind = AgentKind.SINGLE
-    """single (one SEARCH/REPLACE answer) or tool-loop (multi-turn, tools, SUBMIT)."""
+    """single (one SEARCH/REPLACE answer), tool-loop (multi-turn, own commands, SUBMIT) or tool-call
+    (multi-turn, native tool calls in a sandboxed session, submit)."""
     max_turns: int = Field(default=8, ge=1)
     """Most assistant turns of one conversation."""
     max_tokens: int = Field(default=2048, ge=16)
@@ -50,3 +84,6 @@ class AgentSettings(BaseModel):
     (the most throughput; with a slow engine a turn then takes as long as the whole batch's)."""
     max_tool_chars: int = Field(default=1500, ge=80)
     """Most characters of one tool answer (a viewed file, search hits, a test report); the rest is cut."""
+    command_timeout_s: float = Field(default=30.0, gt=0)
+    """Wall-clock limit of one ``bash`` call of the tool-call agent; a call that overruns is killed
+    with its session's processes and answered as timed out (the working tree stays)."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
+from gagar.policy.agent import ran_tests
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.sandbox.edits import UNCHANGED, parse_edit_blocks
@@ -96,7 +97,11 @@ class RolloutQuality(BaseModel):
     """Share that ended by themselves: SUBMIT within ``max_turns`` and the budgets (multi-turn),
     the end token within ``max_new_tokens`` (single-shot)."""
     ran_tests_rate: float = 0.0
-    """Share of trajectories that called RUN_TESTS at least once (0 for single-shot answers)."""
+    """Share of trajectories that ran the visible tests before they ended (RUN_TESTS, or a bash call
+    running them; 0 for single-shot answers)."""
+    tested_submissions_rate: float | None = None
+    """Among the multi-turn trajectories that submitted, the share that ran the visible tests before
+    submitting; None when none submitted (or single-shot)."""
     tool_calls_mean: dict[str, float] = Field(default_factory=dict)
     """Multi-turn: mean calls per trajectory by command."""
     n_resolved: int
@@ -190,7 +195,10 @@ def summarise(judged: Sequence[TrajectoryEval]) -> RolloutQuality:
         sampled_tokens_mean=_mean([float(j.n_sampled_tokens) for j in kept]) or 0.0,
         sampled_tokens_per_turn_mean=_mean([j.n_sampled_tokens / j.turns for j in kept]) or 0.0,
         submitted_rate=_mean([float(j.submitted) for j in kept]) or 0.0,
-        ran_tests_rate=_mean([float(j.tool_calls.get("RUN_TESTS", 0) > 0) for j in kept]) or 0.0,
+        ran_tests_rate=_mean([float(ran_tests(j.tool_calls)) for j in kept]) or 0.0,
+        tested_submissions_rate=_mean(
+            [float(ran_tests(j.tool_calls)) for j in kept if j.submitted and j.tool_calls]
+        ),
         tool_calls_mean={
             kind: sum(j.tool_calls.get(kind, 0) for j in kept) / n
             for kind in sorted({k for j in kept for k in j.tool_calls})

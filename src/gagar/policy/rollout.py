@@ -5,7 +5,8 @@ each task is sampled ``group_size`` times through any
 :class:`~gagar.policy.generation.GenerationBackend`; each answer is parsed into a unified diff
 (``model_patch``, empty with a ``parse_error`` when it does not parse). With the ``tool-loop`` agent
 each of the ``group_size`` members is a conversation (:func:`gagar.policy.tool_loop.run_tool_loops`),
-all conversations of a call advancing one turn per engine call.
+all conversations of a call advancing one turn per engine call. With the ``tool-call`` agent the
+conversations are native tool calls run in a sandboxed session each (:mod:`gagar.policy.tool_calls`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "Agent",
     "SampleContext",
     "SingleShotAgent",
+    "ToolCallAgent",
     "ToolLoopAgent",
     "agent_for",
     "group_id_of",
@@ -143,10 +145,13 @@ class SampleContext:
         policy_version: str | None,
         max_prompt_tokens: int,
         run_tests: TestRunner | None,
+        sandbox: object | None = None,
     ) -> None:
         self.backend, self.tokenizer, self.group_size = backend, tokenizer, group_size
         self.step, self.gen_batch, self.policy_version = step, gen_batch, policy_version
         self.max_prompt_tokens, self.run_tests = max_prompt_tokens, run_tests
+        self.sandbox = sandbox
+        """The sandbox backend the agent's sessions run in (the tool-call agent's)."""
 
 
 class Agent(Protocol):
@@ -290,9 +295,58 @@ class ToolLoopAgent(_AgentBase):
         )
 
 
-_AGENTS: dict[AgentKind, type[SingleShotAgent] | type[ToolLoopAgent]] = {
+class ToolCallAgent(_AgentBase):
+    """Native tool calls (``bash``, ``str_replace_editor``, ``submit``) rendered by the model's chat
+    template, each conversation in a sandboxed session of its own (:mod:`gagar.policy.tool_calls`)."""
+
+    samples_conversations = True
+    needs_sandbox = True
+
+    def context_tokens(self, max_prompt_tokens: int, max_answer_tokens: int) -> int:
+        return max(max_prompt_tokens + max_answer_tokens, self.settings.max_tokens)
+
+    def vocabulary(self) -> tuple[str, ...]:
+        from gagar.policy.tool_calls import SYSTEM_PROMPT, TOOLS, hermes_system
+
+        return (
+            hermes_system(SYSTEM_PROMPT, TOOLS),
+            "<tool_call> </tool_call> <tool_response> </tool_response>",
+        )
+
+    def demonstrations(
+        self, answers: Sequence[DemoAnswer], tokenizer: PreTrainedTokenizerBase, budget: DemoBudget
+    ) -> tuple[list[Demonstration], Counter[str]]:
+        from gagar.policy.tool_call_demos import tool_call_demos
+
+        return tool_call_demos(answers, tokenizer, self.settings, budget.seed)
+
+    def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:
+        from gagar.policy.tool_calls import ToolCallKit
+        from gagar.sandbox.session import open_session
+
+        if ctx.sandbox is None:
+            raise ValueError("the tool-call agent runs its tools in sandboxed sessions: it needs a sandbox")
+        sandbox, chars = ctx.sandbox, self.settings.max_tool_chars
+        kit = ToolCallKit(ctx.tokenizer, self.settings, lambda task: open_session(sandbox, task, chars))
+        jobs = [
+            (
+                task,
+                f"{group_id_of(task, ctx.step, ctx.gen_batch)}/{member}",
+                group_id_of(task, ctx.step, ctx.gen_batch),
+            )
+            for task in tasks
+            for member in range(ctx.group_size)
+        ]
+        return run_tool_loops(
+            jobs, ctx.backend, ctx.tokenizer, params, self.settings, None, ctx.step, ctx.policy_version,
+            kit=kit,
+        )  # fmt: skip
+
+
+_AGENTS: dict[AgentKind, type[SingleShotAgent] | type[ToolLoopAgent] | type[ToolCallAgent]] = {
     AgentKind.SINGLE: SingleShotAgent,
     AgentKind.TOOL_LOOP: ToolLoopAgent,
+    AgentKind.TOOL_CALL: ToolCallAgent,
 }
 
 
@@ -316,10 +370,12 @@ def rollout(
     progress: bool = True,
     agent: AgentSettings | None = None,
     run_tests: TestRunner | None = None,
+    sandbox: object | None = None,
 ) -> Iterator[Trajectory]:
     """Yield ``group_size`` trajectories per task, task by task, from ``agent`` (default: single).
 
     ``run_tests`` answers the tool loop's RUN_TESTS (:class:`gagar.policy.visible_tests.VisibleTests`);
+    the tool-call agent's sessions run in ``sandbox``;
     ``max_prompt_tokens`` bounds the single-turn prompt, ``agent.max_tokens`` a whole conversation.
 
     ``tasks_per_call`` tasks go to the backend together (None: the whole generation batch in one
@@ -334,7 +390,7 @@ def rollout(
         raise ValueError(f"group_size must be at least 1, got {group_size}")
     chosen = agent_for(agent)
     ctx = SampleContext(
-        backend, tokenizer, group_size, step, gen_batch, policy_version, max_prompt_tokens, run_tests
+        backend, tokenizer, group_size, step, gen_batch, policy_version, max_prompt_tokens, run_tests, sandbox
     )
     bar = tqdm(total=len(tasks) * group_size, desc="rollout", unit="traj", disable=not progress)
     per_call = tasks_per_call or max(len(tasks), 1)

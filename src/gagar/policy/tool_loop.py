@@ -29,6 +29,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from transformers import PreTrainedTokenizerBase
 
@@ -44,7 +45,10 @@ __all__ = [
     "COMMANDS",
     "INVALID",
     "SYSTEM_PROMPT",
+    "CommandKit",
+    "ConversationTools",
     "TestRunner",
+    "ToolKit",
     "ToolWorkspace",
     "check_append_only",
     "command_of",
@@ -70,6 +74,56 @@ def command_of(reply: str) -> str:
     return words[0] if words and words[0] in COMMANDS else INVALID
 
 
+class ConversationTools(Protocol):
+    """What one conversation acts on: the tool loop's in-memory working copy, or a sandboxed session."""
+
+    submitted: bool
+
+    @property
+    def patch(self) -> str:
+        """The diff of the working copy against the task's repository."""
+        ...
+
+    @property
+    def edits_reverted(self) -> int:
+        """Applied edits whose replacement no longer stands in the working copy."""
+        ...
+
+    def close(self) -> None:
+        """Release what the conversation holds (its patch stays readable); idempotent."""
+        ...
+
+
+class ToolKit(Protocol):
+    """How a multi-turn agent's conversations start, render and get their tool answers
+    (:class:`CommandKit` for the tool loop, :class:`gagar.policy.tool_calls.ToolCallKit` for native calls)."""
+
+    submit_kind: str
+    """The ``tool_calls`` key of the call that ends a conversation."""
+
+    def first_messages(self, task: Task) -> list[Message]:
+        """The system and user messages a conversation starts from."""
+        ...
+
+    def render(
+        self, tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
+    ) -> str:
+        """The conversation as the model reads it."""
+        ...
+
+    def open(self, task: Task) -> ConversationTools:
+        """The tools of a new conversation (called as it goes live)."""
+        ...
+
+    def kind_of(self, reply: str) -> str:
+        """The ``tool_calls`` key of ``reply``."""
+        ...
+
+    def answer(self, turn: Sequence[tuple[ConversationTools, str]]) -> list[str]:
+        """The tool answer to each (conversation's tools, reply) of one engine call, in order."""
+        ...
+
+
 class ToolWorkspace:
     """The working copy a conversation edits, and the commands acting on it (RUN_TESTS aside: it
     needs the batch's test runner, see :func:`run_tool_loops`)."""
@@ -81,6 +135,7 @@ class ToolWorkspace:
         self.files = dict(task.snapshot)
         self.submitted = False
         self.edits: list[tuple[str, str]] = []
+        self.close = lambda: None  # nothing to release: the working copy is in memory
         """(path, replace text) of every applied edit block, in order."""
 
     @property
@@ -151,6 +206,43 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[Message], generat
     )
 
 
+class CommandKit:
+    """The tool loop's commands: an in-memory working copy per conversation, each turn's RUN_TESTS run
+    together in one ``run_tests`` call."""
+
+    submit_kind = "SUBMIT"
+
+    def __init__(self, run_tests: TestRunner | None, max_tool_chars: int) -> None:
+        self.run_tests, self.max_tool_chars = run_tests, max_tool_chars
+
+    def first_messages(self, task: Task) -> list[Message]:
+        return first_prompt(task)
+
+    def render(
+        self, tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
+    ) -> str:
+        return _render(tokenizer, messages, generation_prompt)
+
+    def open(self, task: Task) -> ToolWorkspace:
+        return ToolWorkspace(task, self.max_tool_chars)
+
+    def kind_of(self, reply: str) -> str:
+        return command_of(reply)
+
+    def answer(self, turn: Sequence[tuple[ConversationTools, str]]) -> list[str]:
+        answers: list[str | None] = [None] * len(turn)
+        testing = [i for i, (_, reply) in enumerate(turn) if command_of(reply) == "RUN_TESTS"]
+        if self.run_tests is not None and testing:
+            jobs = [(turn[i][0], turn[i][0].patch) for i in testing]
+            reports = self.run_tests([(ws.task, patch) for ws, patch in jobs])  # type: ignore[attr-defined]
+            for i, report in zip(testing, reports, strict=True):
+                answers[i] = report
+        return [
+            a if a is not None else ws.execute(reply)  # type: ignore[attr-defined]
+            for a, (ws, reply) in zip(answers, turn, strict=True)
+        ]
+
+
 def first_prompt(task: Task) -> list[Message]:
     """The system and user messages a conversation starts from: the statement, the file list and,
     last, the file the statement most likely concerns (:func:`gagar.policy.agent_format.relevant_files`,
@@ -171,7 +263,6 @@ class _Conversation:
     task: Task
     trajectory_id: str
     group_id: str
-    workspace: ToolWorkspace
     messages: list[Message]
     prompt: str
     prompt_ids: list[int]
@@ -186,6 +277,13 @@ class _Conversation:
     """Why it ended; None while it is live."""
     deadline: float | None = None
     """When its wall-clock budget ends (clock time, set as it joins the live ones); None: no limit."""
+    tools: ConversationTools | None = None
+    """What it acts on, opened as it joins the live ones."""
+
+    @property
+    def workspace(self) -> ConversationTools:
+        assert self.tools is not None, "a conversation's tools open as it goes live"
+        return self.tools
 
     @property
     def n_tokens(self) -> int:
@@ -199,27 +297,35 @@ class _Conversation:
 
 
 def _start(
-    task: Task, trajectory_id: str, group_id: str, tokenizer: PreTrainedTokenizerBase, agent: AgentSettings
+    task: Task,
+    trajectory_id: str,
+    group_id: str,
+    tokenizer: PreTrainedTokenizerBase,
+    agent: AgentSettings,
+    kit: ToolKit,
 ) -> _Conversation:
-    messages = first_prompt(task)
-    rendered = _render(tokenizer, messages, True)
+    if task.snapshot is None and isinstance(kit, CommandKit):
+        raise ValueError(f"{task.instance_id}: the tool loop needs a bundled snapshot")
+    messages = kit.first_messages(task)
+    rendered = kit.render(tokenizer, messages, True)
     ids = tokenizer.encode(rendered, add_special_tokens=False)
     if len(ids) >= agent.max_tokens:
         raise ValueError(
             f"{task.instance_id}: the first prompt has {len(ids)} tokens, max_tokens is {agent.max_tokens}"
         )
-    workspace = ToolWorkspace(task, agent.max_tool_chars)
-    return _Conversation(task, trajectory_id, group_id, workspace, messages, rendered, ids, rendered)
+    return _Conversation(task, trajectory_id, group_id, messages, rendered, ids, rendered)
 
 
-def _answer(c: _Conversation, answer: str, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> None:
+def _answer(
+    c: _Conversation, answer: str, tokenizer: PreTrainedTokenizerBase, max_tokens: int, kit: ToolKit
+) -> None:
     """Append the tool answer and the next generation prompt (masked); end the conversation when
     it is over or its budget would be spent."""
     c.messages.append(Message(role="tool", content=answer))
     if c.workspace.submitted:
         c.finish = "submit"
         return
-    after = _render(tokenizer, c.messages, True)
+    after = kit.render(tokenizer, c.messages, True)
     if not after.startswith(c.text):  # the sampled text does not survive decoding and re-rendering
         log.warning("%s: the rendered conversation no longer starts with what was sampled", c.trajectory_id)
         c.finish = "template"
@@ -232,12 +338,13 @@ def _answer(c: _Conversation, answer: str, tokenizer: PreTrainedTokenizerBase, m
     c.append(scaffold, None)
 
 
-def check_append_only(tokenizer: PreTrainedTokenizerBase, task: Task) -> None:
+def check_append_only(tokenizer: PreTrainedTokenizerBase, task: Task, kit: ToolKit | None = None) -> None:
     """Raises ValueError unless the chat template renders a conversation by appending to it: the
     tool loop keeps the tokens the model saw and appends each turn's scaffolding."""
-    messages = [*first_prompt(task), Message(role="assistant", content="VIEW README.md")]
-    before = _render(tokenizer, messages, False)
-    after = _render(tokenizer, [*messages, Message(role="tool", content="text")], True)
+    kit = kit or CommandKit(None, 1500)
+    messages = [*kit.first_messages(task), Message(role="assistant", content="VIEW README.md")]
+    before = kit.render(tokenizer, messages, False)
+    after = kit.render(tokenizer, [*messages, Message(role="tool", content="text")], True)
     if not after.startswith(before):
         raise ValueError("the chat template rewrites earlier turns; the tool loop needs an append-only one")
 
@@ -304,6 +411,7 @@ def run_tool_loops(
     step: int = 0,
     policy_version: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    kit: ToolKit | None = None,
 ) -> list[Trajectory]:
     """One multi-turn trajectory per ``(task, trajectory_id, group_id)`` job, in job order.
 
@@ -313,21 +421,52 @@ def run_tool_loops(
     wall-clock budget (``agent.max_seconds``) counts from its first engine call. With every
     conversation live (the default), call ``k`` is everyone's turn ``k``.
     ``params.max_new_tokens`` bounds one turn; ``agent`` bounds the conversation. Without
-    ``run_tests``, RUN_TESTS answers that no test runner is available.
+    ``run_tests``, RUN_TESTS answers that no test runner is available. ``kit`` (default: the tool
+    loop's commands, :class:`CommandKit`) renders the conversations and answers their turns; every
+    conversation's tools are closed as it ends, and all of them on any exit (an exception included).
 
     Raises:
         ValueError: a task without a snapshot, a first prompt over ``agent.max_tokens``, or a chat
             template that rewrites earlier turns.
     """
+    kit = kit or CommandKit(run_tests, agent.max_tool_chars)
     if jobs:
-        check_append_only(tokenizer, jobs[0][0])
-    convs = [_start(task, tid, gid, tokenizer, agent) for task, tid, gid in jobs]
+        check_append_only(tokenizer, jobs[0][0], kit)
+    convs = [_start(task, tid, gid, tokenizer, agent, kit) for task, tid, gid in jobs]
+    try:
+        _advance(convs, backend, tokenizer, params, agent, kit, clock)
+    finally:
+        for c in convs:
+            if c.tools is not None:
+                c.tools.close()
+    return [_trajectory(c, tokenizer, step, params, policy_version) for c in convs]
+
+
+def _retire(live: list[_Conversation]) -> list[_Conversation]:
+    """The conversations still live; the tools of those that ended are closed."""
+    for c in live:
+        if c.finish is not None and c.tools is not None:
+            c.tools.close()
+    return [c for c in live if c.finish is None]
+
+
+def _advance(
+    convs: list[_Conversation],
+    backend: GenerationBackend,
+    tokenizer: PreTrainedTokenizerBase,
+    params: SamplingParams,
+    agent: AgentSettings,
+    kit: ToolKit,
+    clock: Callable[[], float],
+) -> None:
+    """Run every conversation to its end (:func:`run_tool_loops`)."""
     stops = set(backend.stop_token_ids)
     waiting = deque(convs)
     live: list[_Conversation] = []
     for call in itertools.count():
         while waiting and (agent.max_live is None or len(live) < agent.max_live):
             c = waiting.popleft()
+            c.tools = kit.open(c.task)
             live.append(c)
             if agent.max_seconds is not None:
                 c.deadline = clock() + agent.max_seconds
@@ -337,7 +476,7 @@ def run_tool_loops(
                 c.finish = "max_turns"
             elif c.deadline is not None and now is not None and now >= c.deadline:
                 c.finish = "time"
-        live = [c for c in live if c.finish is None]
+        live = _retire(live)
         if not live:
             if waiting:
                 continue
@@ -346,8 +485,7 @@ def run_tool_loops(
             params if params.seed is None else params.model_copy(update={"seed": params.seed + 10_007 * call})
         )
         samples = _sample_turn(backend, live, call_params, agent.max_tokens)
-        testing: list[_Conversation] = []
-        answered: list[tuple[_Conversation, str]] = []
+        acting: list[tuple[_Conversation, str]] = []
         for c, sample in zip(live, samples, strict=True):
             c.turns += 1
             room = agent.max_tokens - c.n_tokens
@@ -357,22 +495,18 @@ def run_tool_loops(
             content = ids[:-1] if ids and ids[-1] in stops else ids
             reply = tokenizer.decode(content)
             c.messages.append(Message(role="assistant", content=reply))
-            command = command_of(reply)
+            command = kit.kind_of(reply)
             c.tool_calls[command] += 1
             if c.n_tokens >= agent.max_tokens and not (
-                command == "SUBMIT" and sample.finish_reason == "stop"
+                command == kit.submit_kind and sample.finish_reason == "stop"
             ):
                 c.finish = "length"  # the budget is spent: the command is not run
-            elif command == "RUN_TESTS" and run_tests is not None:
-                testing.append(c)
             else:
-                answered.append((c, c.workspace.execute(reply)))
-        reports = run_tests([(c.task, c.workspace.patch) for c in testing]) if testing else []
-        answered += zip(testing, reports, strict=True)
-        for c, answer in answered:
-            _answer(c, answer, tokenizer, agent.max_tokens)
-        live = [c for c in live if c.finish is None]
-    return [_trajectory(c, tokenizer, step, params, policy_version) for c in convs]
+                acting.append((c, reply))
+        answers = kit.answer([(c.workspace, reply) for c, reply in acting])
+        for (c, _), answer in zip(acting, answers, strict=True):
+            _answer(c, answer, tokenizer, agent.max_tokens, kit)
+        live = _retire(live)
 
 
 def run_tool_loop(

@@ -25,10 +25,13 @@ from gagar.sandbox.limits import SandboxLimits
 __all__ = [
     "SANDBOX_JUDGE",
     "SANDBOX_REPO",
+    "SANDBOX_STATE",
+    "SANDBOX_TOOLS",
     "SANDBOX_WORK",
     "rlimit_args",
     "sandbox_argv",
     "sandbox_env",
+    "session_argv",
     "venv_of",
     "worker_argv",
 ]
@@ -36,6 +39,8 @@ __all__ = [
 SANDBOX_REPO = "/sandbox/repo"
 SANDBOX_JUDGE = "/sandbox/judge"
 SANDBOX_WORK = "/sandbox/work"
+SANDBOX_STATE = "/sandbox/state"
+SANDBOX_TOOLS = "/sandbox/tools"
 _CPU_GRACE_S = 5
 _ROOT_DIRS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
@@ -166,6 +171,45 @@ def sandbox_argv(
         f'echo started >&{started_fd} && exec {started_fd}>&- && exec /bin/sh -c "$1"',
         "sandbox",
         command,
+    ]
+
+
+def session_argv(
+    *,
+    tools: tuple[str, str, str],
+    uid: int,
+    limits: SandboxLimits,
+    repo: Path,
+    state: Path,
+    tools_dir: Path,
+    python: str,
+) -> list[str]:
+    """The argv of an agent's persistent shell (:mod:`gagar.sandbox.session`): the judge's sandbox
+    (:func:`sandbox_argv`) with the working tree at ``/sandbox/repo``, the session's own state folder
+    (the editor's undo history) at ``/sandbox/state``, and the folder holding the editor script
+    read-only at ``/sandbox/tools``; no judge folder; the sandbox's root read-only, so that the tree,
+    the state folder and the private ``/tmp`` (bounded) are all it can write. The shell reads its
+    commands from stdin."""
+    return [
+        *_dropped(tools, uid, limits),
+        "--bind",
+        str(repo),
+        SANDBOX_REPO,
+        "--bind",
+        str(state),
+        SANDBOX_STATE,
+        "--ro-bind",
+        str(tools_dir),
+        SANDBOX_TOOLS,
+        *_interpreter_args(python),
+        "--remount-ro",
+        "/",
+        "--chdir",
+        SANDBOX_REPO,
+        "--",
+        "/bin/bash",
+        "--noprofile",
+        "--norc",
     ]
 
 

@@ -74,6 +74,8 @@ __all__ = [
     "InfraError",
     "LocalBackend",
     "LocalSandboxSettings",
+    "clear_uid",
+    "tool_path",
 ]
 
 DEFAULT_TEST_CMD = "python -m pytest -q"
@@ -145,7 +147,8 @@ class LocalSandboxSettings(BaseSettings):
     (env GAGAR_LOCAL_SANDBOX__FORKSERVER)."""
 
 
-def _tool(name: str) -> str:
+def tool_path(name: str) -> str:
+    """The path of the sandbox tool ``name`` (bwrap, setpriv, prlimit); InfraError when it is missing."""
     path = shutil.which(name)
     if path is None:
         raise InfraError(f"sandbox tool {name!r} not found (install it: scripts/install-system-deps.sh)")
@@ -203,7 +206,7 @@ class LocalBackend:
     def _start_worker(self, slot: int) -> Worker:
         s = self.settings
         try:
-            tools = (_tool(s.prlimit), _tool(s.setpriv), _tool(s.bwrap))
+            tools = (tool_path(s.prlimit), tool_path(s.setpriv), tool_path(s.bwrap))
         except InfraError as exc:
             raise WorkerError(str(exc)) from exc
         return Worker(
@@ -303,10 +306,14 @@ class LocalBackend:
             env = {**sandbox_env(python), **self._env(str(ws.repo), str(ws.judge), ws, channels.fds, prep)}
             return self._run_unisolated(command, python, ws, env, channels.fds)
         env = {**sandbox_env(python), **self._env(SANDBOX_REPO, SANDBOX_JUDGE, ws, channels.fds, prep)}
-        tools = (_tool(self.settings.prlimit), _tool(self.settings.setpriv), _tool(self.settings.bwrap))
+        tools = (
+            tool_path(self.settings.prlimit),
+            tool_path(self.settings.setpriv),
+            tool_path(self.settings.bwrap),
+        )
         s = self.settings
         with lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=slot) as uid:
-            _clear_uid(uid)  # a holder that died mid-run may have left processes behind
+            clear_uid(uid)  # a holder that died mid-run may have left processes behind
             hand_over(ws, uid)
             marker = ws.root / "started"
             with open(marker, "wb") as status:
@@ -315,7 +322,7 @@ class LocalBackend:
                     started_fd=status.fileno(), command=command,
                 )  # fmt: skip
                 run = self._bounded(argv, env, ws.repo, (status.fileno(), *channels.fds))
-            _clear_uid(uid)  # before the lease goes: the next holder starts with an idle uid
+            clear_uid(uid)  # before the lease goes: the next holder starts with an idle uid
         if not _started(marker):
             how, output = exit_reason(run.returncode), run.log.strip()[-500:] or "no output"
             raise InfraError(f"bubblewrap did not start the sandbox ({how}): {output}")
@@ -349,7 +356,7 @@ class LocalBackend:
         )  # fmt: skip
 
 
-def _clear_uid(uid: int) -> None:
+def clear_uid(uid: int) -> None:
     """Kill every process of the leased ``uid``: by the lease, none belongs to another evaluation."""
     if (left := kill_uid(uid)) > 0:
         raise InfraError(f"{left} process(es) of sandbox uid {uid} survived SIGKILL")

@@ -1,0 +1,163 @@
+"""Multi-turn SFT demonstrations of the tool-call agent, replayed through real sessions.
+
+Each demonstration is a script of native tool calls (:mod:`gagar.policy.tool_calls`) replayed through
+the real conversation loop and a real sandboxed session per task (:mod:`gagar.sandbox.session`), so
+every tool answer (the numbered view, the editor's refusal, the test run's output), the template's
+rendering and the loss mask are exactly a rollout's::
+
+    str_replace_editor view <the file the answer changes>
+    str_replace_editor str_replace <a misquoted old_str>     (refusal_share of them: refused...)
+    str_replace_editor view <the lines around the edit>      (...then the lines viewed again)
+    str_replace_editor str_replace <old_str> <new_str>       one per edit block (create for a new file)
+    bash python -m pytest -q                                 the repository's own tests, really run
+    submit
+
+A demonstration is kept only when it ends on submit within the budgets and its working tree's diff is
+the answer's. Building them needs the local sandbox (root, bubblewrap), as a rollout of this agent does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+from transformers import PreTrainedTokenizerBase
+
+from gagar.policy.agent import AgentSettings
+from gagar.policy.demos import DemoAnswer, Demonstration
+from gagar.policy.tool_calls import ToolCallKit
+from gagar.policy.tool_demos import ReplayBackend
+from gagar.policy.tool_loop import check_append_only, run_tool_loops
+from gagar.sandbox.edits import EditBlock, apply_edit_blocks, parse_edit_blocks
+from gagar.schema.trajectory import SamplingParams
+from gagar.tasks.diffs import make_diff
+
+__all__ = ["REFUSAL_SHARE", "call_text", "demo_calls", "misquote", "tool_call_demos"]
+
+REFUSAL_SHARE = 0.3
+"""Share of demonstrations whose first edit misquotes the file, is refused, and is redone after a view."""
+
+
+def call_text(name: str, **arguments: object) -> str:
+    """One assistant turn calling ``name`` in the Hermes format the agent parses."""
+    return (
+        f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n</tool_call>"
+    )
+
+
+def misquote(search: str) -> str | None:
+    """``search`` with its first indented line's indentation changed (a typical misquote), or None."""
+    lines = search.split("\n")
+    for i, line in enumerate(lines):
+        stripped = line.lstrip(" ")
+        if stripped and len(stripped) < len(line):
+            lines[i] = " " * (len(line) - len(stripped) + 1) + stripped
+            return "\n".join(lines)
+    return None
+
+
+def _edit_call(block: EditBlock) -> str:
+    if not block.search:
+        return call_text("str_replace_editor", command="create", path=block.path, file_text=block.replace)
+    return call_text(
+        "str_replace_editor",
+        command="str_replace",
+        path=block.path,
+        old_str=block.search,
+        new_str=block.replace,
+    )
+
+
+def demo_calls(demo: DemoAnswer, rng: random.Random, refusal_share: float) -> list[str]:
+    """The assistant turns of one demonstration (module docstring).
+
+    Raises:
+        ValueError: the answer has no edit block.
+    """
+    blocks = parse_edit_blocks(demo.answer)
+    if not blocks:
+        raise ValueError(f"{demo.task.instance_id}: the answer has no edit")
+    script = [call_text("str_replace_editor", command="view", path=blocks[0].path)]
+    first = blocks[0]
+    text = (demo.task.snapshot or {}).get(first.path, "")
+    wrong = misquote(first.search) if first.search else None
+    if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
+        line = text[: text.index(first.search)].count("\n") + 1
+        last = line + first.search.count("\n") + 1
+        script += [
+            call_text(
+                "str_replace_editor",
+                command="str_replace",
+                path=first.path,
+                old_str=wrong,
+                new_str=first.replace,
+            ),
+            call_text(
+                "str_replace_editor", command="view", path=first.path, view_range=[max(line - 2, 1), last + 1]
+            ),
+        ]
+    script += [_edit_call(b) for b in blocks]
+    return [*script, call_text("bash", command="python -m pytest -q"), call_text("submit")]
+
+
+def tool_call_demos(
+    answers: Sequence[DemoAnswer],
+    tokenizer: PreTrainedTokenizerBase,
+    agent: AgentSettings,
+    seed: int,
+    sandbox: object | None = None,
+    refusal_share: float = REFUSAL_SHARE,
+) -> tuple[list[Demonstration], Counter[str]]:
+    """One demonstration per answer, replayed in a session of ``sandbox`` (default: the local backend);
+    the loss on the assistant turns only.
+
+    Returns the demonstrations and counts: ``recovered`` (a refused edit, then the right one),
+    ``dropped_too_long`` (no submit within ``agent``'s budgets), ``skipped`` (no script, or the replay
+    did not reproduce the answer).
+    """
+    from gagar.sandbox.local import LocalBackend
+    from gagar.sandbox.session import open_session
+
+    box = sandbox if sandbox is not None else LocalBackend(workers=1)
+    rng = random.Random(seed)
+    kit = ToolCallKit(tokenizer, agent, lambda task: open_session(box, task, agent.max_tool_chars))
+    demos: list[Demonstration] = []
+    counts: Counter[str] = Counter()
+    budget = agent.model_copy(update={"max_seconds": None})
+    if answers:
+        check_append_only(tokenizer, answers[0].task, kit)
+    for demo in answers:
+        try:
+            script = demo_calls(demo, rng, refusal_share)
+        except ValueError:
+            counts["skipped"] += 1
+            continue
+        job = (demo.task, demo.task.instance_id, demo.task.instance_id)
+        try:
+            [t] = run_tool_loops(
+                [job], ReplayBackend(tokenizer, script), tokenizer,
+                SamplingParams(max_new_tokens=agent.max_tokens),
+                budget.model_copy(update={"max_turns": len(script)}), kit=kit,
+            )  # fmt: skip
+        except ValueError:
+            counts["dropped_too_long"] += 1
+            continue
+        if t.finish_reason != "submit":
+            counts["dropped_too_long"] += 1
+            continue
+        snapshot = demo.task.snapshot or {}
+        if t.model_patch != make_diff(
+            snapshot, apply_edit_blocks(dict(snapshot), parse_edit_blocks(demo.answer))
+        ):
+            counts["skipped"] += 1
+            continue
+        counts["recovered"] += t.tool_calls.get("view", 0) > 1
+        demos.append(
+            Demonstration(
+                demo.task.instance_id, t.prompt_token_ids, t.response_token_ids, demo.noisy,
+                answer_mask=[bool(m) for m in t.loss_mask],
+            )
+        )  # fmt: skip
+    return demos, counts
