@@ -12,6 +12,10 @@ from gagar.cli.core import GagarGroup
 
 __all__ = ["app"]
 
+PREFIX_CACHE_TOKENS = 32768
+"""``gagar serve grader --prefix-cache``'s default: the prompts of 32 grading conversations of about
+1,000 tokens (about 1.5 GB of key/values for SmolLM2-135M in fp32)."""
+
 app = typer.Typer(
     cls=GagarGroup, help="Long-running servers that outlive the pipeline steps.", no_args_is_help=True
 )
@@ -126,6 +130,12 @@ def grader(
     max_batch: int = typer.Option(
         32, min=1, help="own: most sequences decoded together (concurrent gradings; 1: one at a time)."
     ),
+    prefix_cache: int = typer.Option(
+        PREFIX_CACHE_TOKENS,
+        min=0,
+        help="own: tokens of earlier prompts whose key/values are kept, so a turn prefills only its new "
+        "tokens (0: off, every prompt prefilled whole).",
+    ),
 ) -> None:
     """Serve the LLM grader warm on loopback (chat and completions APIs) until interrupted; point
     `gagar grade --grader llm --endpoint URL` and `grader.endpoint` of `gagar train` at the URL it prints."""
@@ -152,12 +162,17 @@ def grader(
         _serve_until_exit(
             server, f"serving grader {model} as {served_model_name!r} at {server.base_url} (vLLM)"
         )
-    from gagar.policy.generation import HFBackend
+    from gagar.policy.generation import GenerationBackend, HFBackend
     from gagar.policy.model import load_policy
+    from gagar.policy.prefix_cache import PrefixCachingBackend
     from gagar.policy.server import running_server
 
     weights, tokenizer = load_policy(model)
-    backend = HFBackend(weights, tokenizer, batch_size=max_batch)
+    backend: GenerationBackend = (
+        PrefixCachingBackend(weights, tokenizer, prefix_cache)
+        if prefix_cache
+        else HFBackend(weights, tokenizer, batch_size=max_batch)
+    )
     with running_server(backend, tokenizer, served_model_name, port or 0, max_batch=max_batch) as url:
         typer.echo(f"serving grader {model} as {served_model_name!r} at {url} (gagar.policy.server)")
         try:
