@@ -428,15 +428,13 @@ class Grading:
         if self.used and grader is None:
             raise ValueError(f"algo {config.advantage.algo.value!r} ranks with a grader, and none was given")
         threshold = config.grader.position_guard
-        self._rank = lambda trajectories, results: _rank_groups(
-            grader, tasks, trajectories, results, workspace,
-            guard=None if threshold is None else PositionGuard(threshold), repos_dir=repos_dir,
-            progress=progress,
-        )  # fmt: skip
+        self._guard = None if threshold is None else PositionGuard(threshold)
+        self._grader, self._tasks, self._workspace = grader, tasks, workspace
+        self._repos_dir, self._progress = repos_dir, progress
         self._pool = ThreadPoolExecutor(thread_name_prefix="grade-ahead")
         self._pending: list[Future[tuple[list[Grade], GraderMetrics]]] = []
-        self._busy: list[float] = []
-        """When the first submitted grading started and the last one ended."""
+        self._first_start: float | None = None
+        self._last_end: float | None = None
 
     def __enter__(self) -> Grading:
         return self
@@ -450,9 +448,21 @@ class Grading:
         background."""
         if not self.used or not trajectories:
             return
-        if not self._busy:
-            self._busy.append(time.perf_counter())
         self._pending.append(self._pool.submit(self._rank, list(trajectories), list(results)))
+
+    def _rank(
+        self, trajectories: list[Trajectory], results: list[TestResult]
+    ) -> tuple[list[Grade], GraderMetrics]:
+        start = time.perf_counter()
+        self._first_start = start if self._first_start is None else min(self._first_start, start)
+        try:
+            return _rank_groups(
+                self._grader, self._tasks, trajectories, results, self._workspace, guard=self._guard,
+                repos_dir=self._repos_dir, progress=self._progress,
+            )  # fmt: skip
+        finally:
+            end = time.perf_counter()
+            self._last_end = end if self._last_end is None else max(self._last_end, end)
 
     def result(self, timings: dict[str, float] | None = None) -> tuple[list[Grade] | None, dict[str, float]]:
         """One Grade per submitted group, in submission order, and ``grader/…``; ``timings`` gains
@@ -460,8 +470,8 @@ class Grading:
         done = [f.result() for f in self._pending]
         if not self.used:
             return None, {}
-        if timings is not None and self._busy:
-            busy = time.perf_counter() - self._busy[0]
+        if timings is not None and self._first_start is not None and self._last_end is not None:
+            busy = self._last_end - self._first_start
             timings["perf/grade_busy_s"] = timings.get("perf/grade_busy_s", 0.0) + busy
         from gagar.grader.base import GraderMetrics
 
