@@ -141,3 +141,15 @@ def test_the_grader_server_answers_chat_through_the_cache(model: LlamaForCausalL
             replies.append(json.loads(urllib.request.urlopen(request, timeout=60).read()))
     assert replies[0]["choices"][0]["message"] == replies[1]["choices"][0]["message"]
     assert backend.stats.cached_tokens >= backend.stats.prompt_tokens // 2 - 1  # the second was cached
+
+
+def test_serving_dtype_is_bfloat16_only_where_the_cpu_multiplies_it() -> None:
+    from gagar.policy.model import serving_dtype
+
+    assert serving_dtype("auto", "flags : fpu avx512f amx_bf16 amx_tile") == "bfloat16"
+    assert serving_dtype("auto", "flags : fpu avx512f avx512_bf16") == "bfloat16"
+    assert serving_dtype("auto", "flags : fpu avx2 amx_bf16x") == "float32"  # a word, not a substring
+    assert serving_dtype("float32", "flags : amx_bf16") == "float32"
+    assert serving_dtype("bfloat16", "flags : avx2") == "bfloat16"
+    with pytest.raises(ValueError, match="dtype must be one of auto, float32, bfloat16, got 'fp8'"):
+        serving_dtype("fp8")
