@@ -131,9 +131,10 @@ def grader(
         32, min=1, help="own: most sequences decoded together (concurrent gradings; 1: one at a time)."
     ),
     dtype: str = typer.Option(
-        "auto",
-        help="Precision of the weights: float32, bfloat16, or auto: bfloat16 where the CPU multiplies it "
-        "in hardware (AMX or AVX512-BF16), else float32.",
+        "float32",
+        help="Precision of the weights: float32, bfloat16 (faster on CPUs with AMX or AVX512-BF16, but a "
+        "small grader's answers may break: measure it), or auto: bfloat16 where the CPU multiplies it in "
+        "hardware, else float32.",
     ),
     prefix_cache: int = typer.Option(
         PREFIX_CACHE_TOKENS,
