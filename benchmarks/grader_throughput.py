@@ -94,6 +94,7 @@ class Row:
     s_per_grading: float
     requests_per_grading: float
     fallbacks: int
+    fallback_reasons: dict[str, int]
     position_disagreements: int
     kendall_tau: float
 
@@ -146,6 +147,7 @@ def measure(
         s_per_grading=round(wall / gradings, 3),
         requests_per_grading=round(requests / gradings, 2),
         fallbacks=sum(metrics.fallbacks.values()),
+        fallback_reasons={k: v for k, v in metrics.fallbacks.items() if v},
         position_disagreements=metrics.guard_disagreements,
         kendall_tau=round(mean_tau(grades, groups), 3),
     )
@@ -187,8 +189,18 @@ def start_server(
             if proc.poll() is not None:
                 raise RuntimeError(f"the grader server exited with {proc.returncode}") from None
             time.sleep(0.5)
-    proc.terminate()
+    stop(proc)
     raise RuntimeError("the grader server did not become healthy within 300 s")
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = 120.0) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL after ``grace_s`` (vLLM's shutdown can hang)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def llm_grader(url: str, concurrency: int, args: argparse.Namespace) -> tuple[LLMGrader, CountingClient]:
@@ -245,10 +257,9 @@ def main() -> None:
             for mode in (m for m in modes if m != "heuristic"):
                 grader, client = llm_grader(url, 1 if mode == "one_at_a_time" else 2 * len(groups), args)
                 rows.append(measure(engine, mode, grader, groups, client))
-                print(f"{engine} {mode} done; load {load_avg()}", flush=True)
+                print(f"{engine} {mode} done; load {load_avg()}: {asdict(rows[-1])}", flush=True)
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            stop(proc)
     header = "| engine | mode | wall s | gradings | s/grading | requests/grading | fallbacks |"
     print(header + " position disagreements | tau |")
     print("|---|---|---|---|---|---|---|---|---|")
