@@ -3,9 +3,18 @@ at a time, in the same run on the same groups.
 
 One RL step's grading: ``--groups`` catalogue groups (ladders of ``--min-candidates`` to
 ``--max-candidates`` oracle-labelled candidates, one group per task), each graded in both candidate
-orders (the position guard), so ``2 x groups`` gradings. One server process
-(``gagar serve grader --engine own``, ``--threads`` torch threads) serves every mode, started before
-the clock:
+orders (the position guard), so ``2 x groups`` gradings. Each of ``--engines`` is one server process
+(``gagar serve grader``, ``--threads`` torch threads), started before the clock and stopped before the
+next one starts, serving every LLM mode:
+
+- ``own``: the project's server, every prompt prefilled whole (``--prefix-cache 0``), float32: the
+  previous path;
+- ``own-prefix``: the project's server reusing the key/values of earlier prompts, float32;
+- ``own-prefix-bf16``: the same in bfloat16 (``--dtype bfloat16``);
+- ``vllm``, ``vllm-bf16``: vLLM's OpenAI server (its CPU build, ``--engine vllm``; needs
+  ``make vllm-env``) in float32 and bfloat16.
+
+The modes:
 
 - ``one_at_a_time``: the previous path; ``grade_groups`` grades group after group and order after
   order, so the server decodes one conversation at a time (a lone request is a batch of one);
@@ -18,7 +27,8 @@ fallbacks, position disagreements, mean Kendall tau-b against the oracle's label
 the ratio one_at_a_time / batched; ``--json`` writes the figures.
 
     python benchmarks/grader_throughput.py --model grader-dir --tasks heldout.jsonl [--groups 4]
-        [--min-candidates 2 --max-candidates 8] [--threads 1] [--max-batch 32] [--json out.json]
+        [--min-candidates 2 --max-candidates 8] [--threads 1] [--max-batch 32]
+        [--engines own,own-prefix,vllm] [--json out.json]
 """
 
 from __future__ import annotations
@@ -65,14 +75,26 @@ class CountingClient:
         return self.inner.next_message(messages, timeout)
 
 
+ENGINE_FLAGS = {
+    "own": ["--engine", "own", "--prefix-cache", "0", "--dtype", "float32"],
+    "own-prefix": ["--engine", "own", "--dtype", "float32"],
+    "own-prefix-bf16": ["--engine", "own", "--dtype", "bfloat16"],
+    "vllm": ["--engine", "vllm", "--dtype", "float32"],
+    "vllm-bf16": ["--engine", "vllm", "--dtype", "bfloat16"],
+}
+"""``gagar serve grader`` options of each engine the benchmark can start."""
+
+
 @dataclass
 class Row:
+    engine: str
     mode: str
     wall_s: float
     gradings: int
     s_per_grading: float
     requests_per_grading: float
     fallbacks: int
+    fallback_reasons: dict[str, int]
     position_disagreements: int
     kendall_tau: float
 
@@ -105,7 +127,9 @@ def mean_tau(grades: Sequence[Grade], groups: Sequence[LabelledGroup]) -> float:
     return sum(taus) / len(taus) if taus else math.nan
 
 
-def measure(mode: str, grader: Grader, groups: Sequence[LabelledGroup], client: CountingClient | None) -> Row:
+def measure(
+    engine: str, mode: str, grader: Grader, groups: Sequence[LabelledGroup], client: CountingClient | None
+) -> Row:
     tasks, trajectories, results = rollout_of(groups)
     with tempfile.TemporaryDirectory(prefix="gagar-bench-grader-") as tmp:
         start = time.perf_counter()
@@ -116,15 +140,28 @@ def measure(mode: str, grader: Grader, groups: Sequence[LabelledGroup], client: 
     gradings = 2 * sum(len(g.candidates) >= 2 for g in groups)
     requests = client.requests if client is not None else 0
     return Row(
+        engine=engine,
         mode=mode,
         wall_s=round(wall, 2),
         gradings=gradings,
         s_per_grading=round(wall / gradings, 3),
         requests_per_grading=round(requests / gradings, 2),
         fallbacks=sum(metrics.fallbacks.values()),
+        fallback_reasons={k: v for k, v in metrics.fallbacks.items() if v},
         position_disagreements=metrics.guard_disagreements,
         kendall_tau=round(mean_tau(grades, groups), 3),
     )
+
+
+def speedups(rows: Sequence[Row]) -> dict[str, float]:
+    """Wall-time ratios against the previous path (``own`` one at a time, then ``own`` batched)."""
+    wall = {(r.engine, r.mode): r.wall_s for r in rows}
+    out = {}
+    for base in (("own", "one_at_a_time"), ("own", "batched")):
+        for key, seconds in wall.items():
+            if base in wall and key != base and key[1] != "heuristic" and key >= base:
+                out[f"{base[0]} {base[1]} / {key[0]} {key[1]}"] = round(wall[base] / seconds, 2)
+    return out
 
 
 def free_port() -> int:
@@ -133,11 +170,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(model: Path, threads: int, max_batch: int) -> tuple[subprocess.Popen[bytes], str]:
-    """``gagar serve grader --engine own`` in its own process; waits for ``/health``."""
+def start_server(
+    model: Path, engine: str, threads: int, max_batch: int
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``gagar serve grader`` with ``engine``'s options in its own process; waits for ``/health``."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    command = [sys.executable, "-m", "gagar", "serve", "grader", "--model", str(model), "--engine", "own"]
+    env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"  # vLLM: OMP_NUM_THREADS threads, unpinned, as the own server
+    command = [sys.executable, "-m", "gagar", "serve", "grader", "--model", str(model), *ENGINE_FLAGS[engine]]
     command += ["--port", str(port), "--max-batch", str(max_batch)]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
@@ -149,8 +189,18 @@ def start_server(model: Path, threads: int, max_batch: int) -> tuple[subprocess.
             if proc.poll() is not None:
                 raise RuntimeError(f"the grader server exited with {proc.returncode}") from None
             time.sleep(0.5)
-    proc.terminate()
+    stop(proc)
     raise RuntimeError("the grader server did not become healthy within 300 s")
+
+
+def stop(proc: subprocess.Popen[bytes], grace_s: float = 120.0) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL after ``grace_s`` (vLLM's shutdown can hang)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def llm_grader(url: str, concurrency: int, args: argparse.Namespace) -> tuple[LLMGrader, CountingClient]:
@@ -186,6 +236,11 @@ def main() -> None:
     parser.add_argument(
         "--modes", default="heuristic,one_at_a_time,batched", help="Comma-separated modes to run, in order."
     )
+    parser.add_argument(
+        "--engines",
+        default="own,own-prefix",
+        help=f"Comma-separated servers, in order: {', '.join(ENGINE_FLAGS)}.",
+    )
     parser.add_argument("--json", type=Path, default=None, help="Write the figures here.")
     args = parser.parse_args()
 
@@ -193,36 +248,31 @@ def main() -> None:
     groups = noise_groups(tasks, 1, size=args.max_candidates, seed=args.seed, min_size=args.min_candidates)
     sizes = [len(g.candidates) for g in groups]
     print(f"{len(groups)} groups of {sizes} candidates; load before: {load_avg()}", flush=True)
-    proc, url = start_server(args.model, args.threads, args.max_batch)
-    rows = []
-    try:
-        for mode in args.modes.split(","):
-            if mode == "heuristic":
-                rows.append(measure(mode, HeuristicGrader(), groups, None))
-            else:
+    modes, rows = args.modes.split(","), []
+    if "heuristic" in modes:
+        rows.append(measure("-", "heuristic", HeuristicGrader(), groups, None))
+    for engine in args.engines.split(","):
+        proc, url = start_server(args.model, engine, args.threads, args.max_batch)
+        try:
+            for mode in (m for m in modes if m != "heuristic"):
                 grader, client = llm_grader(url, 1 if mode == "one_at_a_time" else 2 * len(groups), args)
-                rows.append(measure(mode, grader, groups, client))
-            print(f"{mode} done; load {load_avg()}", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    header = (
-        "| mode | wall s | gradings | s/grading | requests/grading | fallbacks | position disagreements |"
-    )
-    print(header + " tau |")
-    print("|---|---|---|---|---|---|---|---|")
+                rows.append(measure(engine, mode, grader, groups, client))
+                print(f"{engine} {mode} done; load {load_avg()}: {asdict(rows[-1])}", flush=True)
+        finally:
+            stop(proc)
+    header = "| engine | mode | wall s | gradings | s/grading | requests/grading | fallbacks |"
+    print(header + " position disagreements | tau |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r.mode} | {r.wall_s} | {r.gradings} | {r.s_per_grading} | {r.requests_per_grading} | "
-            f"{r.fallbacks} | {r.position_disagreements} | {r.kendall_tau} |"
+            f"| {r.engine} | {r.mode} | {r.wall_s} | {r.gradings} | {r.s_per_grading} | "
+            f"{r.requests_per_grading} | {r.fallbacks} | {r.position_disagreements} | {r.kendall_tau} |"
         )
-    by_mode = {r.mode: r for r in rows}
-    ratio = math.nan
-    if "one_at_a_time" in by_mode and "batched" in by_mode:
-        ratio = by_mode["one_at_a_time"].wall_s / by_mode["batched"].wall_s
-        print(f"one_at_a_time / batched: {ratio:.2f}x")
+    ratios = speedups(rows)
+    for name, ratio in ratios.items():
+        print(f"{name}: {ratio:.2f}x")
     if args.json is not None:
-        payload = {"args": {k: str(v) for k, v in vars(args).items()}, "sizes": sizes, "speedup": ratio}
+        payload = {"args": {k: str(v) for k, v in vars(args).items()}, "sizes": sizes, "speedups": ratios}
         payload["rows"] = [asdict(r) for r in rows]
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
 

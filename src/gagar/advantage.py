@@ -663,6 +663,7 @@ def assemble_batch(
     train_batch_groups: int,
     max_gen_batches: int,
     min_group_size: int = 2,
+    on_kept: Callable[[int, np.ndarray], None] | None = None,
 ) -> BatchAssembly:
     """Consume generation batches until ``train_batch_groups`` mixed groups are kept.
 
@@ -670,6 +671,8 @@ def assemble_batch(
     demand generates no more than needed. Stops when the train batch is full or
     after ``max_gen_batches`` batches, whichever comes first; a group id seen in an
     earlier batch is refused (groups never straddle generation batches).
+    ``on_kept(b, mask)`` hears batch ``b``'s final keep mask before the next batch is
+    drawn (what lets a caller grade kept groups while the next batch generates).
     """
     if train_batch_groups < 1:
         raise ValueError(f"train_batch_groups must be at least 1, got {train_batch_groups}")
@@ -688,6 +691,8 @@ def assemble_batch(
             batch, min_group_size=min_group_size, room=train_batch_groups - counts.kept_groups
         )
         keep.append(mask)
+        if on_kept is not None:
+            on_kept(len(keep) - 1, mask)
         counts.gen_batches += 1
         counts.generated_trajectories += len(mask)
         counts.generated_groups += len(groups)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +47,11 @@ from gagar.schema.task import Task
 from gagar.schema.trajectory import SamplingParams, Trajectory
 
 if TYPE_CHECKING:
-    from gagar.grader.base import Grader, PositionGuard
+    from gagar.grader.base import Grader, GraderMetrics, PositionGuard
     from gagar.train.config import AdvantageSettings, RolloutSettings, TrainConfig
 
 __all__ = [
+    "Grading",
     "StepInputs",
     "StepOutput",
     "advantages",
@@ -368,10 +369,15 @@ def _as_sampling_input(batch: GeneratedBatch) -> RewardBatch:
     )
 
 
-def select(batches: Iterable[GeneratedBatch], settings: RolloutSettings) -> Selection:
+def select(
+    batches: Iterable[GeneratedBatch],
+    settings: RolloutSettings,
+    on_kept: Callable[[GeneratedBatch], None] | None = None,
+) -> Selection:
     """Dynamic sampling: consume generation batches (lazily) until ``settings.train_batch_groups``
     mixed groups are kept or ``settings.max_gen_batches`` ran out; see
-    :func:`gagar.advantage.assemble_batch`."""
+    :func:`gagar.advantage.assemble_batch`. ``on_kept`` gets each batch's kept part (its kept groups'
+    trajectories and results) before the next batch is drawn."""
     train_batch_groups, max_gen_batches = settings.train_batch_groups, settings.max_gen_batches
     consumed: list[GeneratedBatch] = []
 
@@ -380,8 +386,14 @@ def select(batches: Iterable[GeneratedBatch], settings: RolloutSettings) -> Sele
             consumed.append(batch)
             yield _as_sampling_input(batch)
 
+    def kept_part(b: int, mask: np.ndarray) -> None:
+        if on_kept is not None:
+            rows = np.flatnonzero(mask)
+            batch = consumed[b]
+            on_kept(GeneratedBatch([batch.trajectories[i] for i in rows], [batch.results[i] for i in rows]))
+
     assembly = assemble_batch(
-        sampled(), train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches
+        sampled(), train_batch_groups=train_batch_groups, max_gen_batches=max_gen_batches, on_kept=kept_part
     )
     kept = [(b, int(i)) for b, mask in enumerate(assembly.keep) for i in np.flatnonzero(mask)]
     metrics = {**assembly.counts.as_metrics(), "sampling/batch_full": float(assembly.full)}
@@ -401,6 +413,85 @@ def make_grader(config: TrainConfig) -> Grader | None:
     return build(g.kind, model_dir=g.model, endpoint=g.endpoint, max_turns=g.max_turns)
 
 
+class Grading:
+    """The grade phase, fed generation batch by generation batch: :meth:`submit` starts grading a
+    batch's kept groups in a background thread and returns, so they are graded while the next batch
+    generates (the LLM grader's server decodes every conversation in flight together);
+    :meth:`result` waits for all of them. :func:`grade` is the same with everything submitted at once.
+
+    When the estimator uses no grader (:attr:`gagar.advantage.Estimator.uses_grader`), nothing is
+    graded and :meth:`result` is ``(None, {})``.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        grader: Grader | None,
+        tasks: Sequence[Task],
+        workspace: Path,
+        *,
+        repos_dir: Path | None = None,
+        progress: bool = False,
+    ) -> None:
+        from gagar.grader.base import PositionGuard
+
+        self.used = config.advantage.algo.uses_grader
+        if self.used and grader is None:
+            raise ValueError(f"algo {config.advantage.algo.value!r} ranks with a grader, and none was given")
+        threshold = config.grader.position_guard
+        self._guard = None if threshold is None else PositionGuard(threshold)
+        self._grader, self._tasks, self._workspace = grader, tasks, workspace
+        self._repos_dir, self._progress = repos_dir, progress
+        self._pool = ThreadPoolExecutor(thread_name_prefix="grade-ahead")
+        self._pending: list[Future[tuple[list[Grade], GraderMetrics]]] = []
+        self._first_start: float | None = None
+        self._last_end: float | None = None
+
+    def __enter__(self) -> Grading:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stops the background threads: gradings not yet started are cancelled, running ones finish."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, trajectories: Sequence[Trajectory], results: Iterable[TestResult]) -> None:
+        """Start grading the groups of ``trajectories`` (whole groups; ``results`` may hold more) in the
+        background."""
+        if not self.used or not trajectories:
+            return
+        self._pending.append(self._pool.submit(self._rank, list(trajectories), list(results)))
+
+    def _rank(
+        self, trajectories: list[Trajectory], results: list[TestResult]
+    ) -> tuple[list[Grade], GraderMetrics]:
+        start = time.perf_counter()
+        self._first_start = start if self._first_start is None else min(self._first_start, start)
+        try:
+            return _rank_groups(
+                self._grader, self._tasks, trajectories, results, self._workspace, guard=self._guard,
+                repos_dir=self._repos_dir, progress=self._progress,
+            )  # fmt: skip
+        finally:
+            end = time.perf_counter()
+            self._last_end = end if self._last_end is None else max(self._last_end, end)
+
+    def result(self, timings: dict[str, float] | None = None) -> tuple[list[Grade] | None, dict[str, float]]:
+        """One Grade per submitted group, in submission order, and ``grader/…``; ``timings`` gains
+        ``perf/grade_busy_s`` (from the first grading's start to the last one's end)."""
+        done = [f.result() for f in self._pending]
+        if not self.used:
+            return None, {}
+        if timings is not None and self._first_start is not None and self._last_end is not None:
+            busy = self._last_end - self._first_start
+            timings["perf/grade_busy_s"] = timings.get("perf/grade_busy_s", 0.0) + busy
+        from gagar.grader.base import GraderMetrics
+
+        metrics = GraderMetrics()
+        for _, part in done:
+            metrics.merge(part)
+        return [g for grades, _ in done for g in grades], metrics.as_dict()
+
+
 def grade(
     config: TrainConfig,
     grader: Grader | None,
@@ -414,20 +505,13 @@ def grade(
 ) -> tuple[list[Grade] | None, dict[str, float]]:
     """Rank the passing members of each group of ``trajectories`` (the kept ones) when the estimator
     uses a grader (:attr:`gagar.advantage.Estimator.uses_grader`); one Grade per group and
-    ``grader/…``. None and no metrics when it does not.
+    ``grader/…``. None and no metrics when it does not. :class:`Grading` with everything at once.
 
     A grader that fails on a group falls back to ties for it (exactly GRPO) and the fallback is counted.
     """
-    from gagar.grader.base import PositionGuard
-
-    if not config.advantage.algo.uses_grader:
-        return None, {}
-    if grader is None:
-        raise ValueError(f"algo {config.advantage.algo.value!r} ranks with a grader, and none was given")
-    guard = None if config.grader.position_guard is None else PositionGuard(config.grader.position_guard)
-    return rank(
-        grader, tasks, trajectories, results, workspace, guard=guard, repos_dir=repos_dir, progress=progress
-    )
+    with Grading(config, grader, tasks, workspace, repos_dir=repos_dir, progress=progress) as grading:
+        grading.submit(trajectories, results)
+        return grading.result()
 
 
 def rank(
@@ -443,15 +527,32 @@ def rank(
 ) -> tuple[list[Grade], dict[str, float]]:
     """What :func:`grade` does once it knows a grader is used: one Grade per group of
     ``trajectories`` by ``grader`` (twice, in opposite orders, with ``guard``), and ``grader/…``."""
+    grades, metrics = _rank_groups(
+        grader, tasks, trajectories, results, workspace, guard=guard, repos_dir=repos_dir, progress=progress
+    )
+    return grades, metrics.as_dict()
+
+
+def _rank_groups(
+    grader: Grader | None,
+    tasks: Sequence[Task],
+    trajectories: Sequence[Trajectory],
+    results: Iterable[TestResult],
+    workspace: Path,
+    *,
+    guard: PositionGuard | None,
+    repos_dir: Path | None,
+    progress: bool,
+) -> tuple[list[Grade], GraderMetrics]:
     from gagar.grader.run import grade_groups
 
+    assert grader is not None  # Grading refuses a missing grader when one is used
     task_map = {t.instance_id: t for t in tasks}
     outcome = {r.trajectory_id: r for r in results}
-    grades, metrics = grade_groups(
+    return grade_groups(
         grader, task_map, trajectories, outcome, workspace, guard=guard, repos_dir=repos_dir,
         progress=progress,
     )  # fmt: skip
-    return grades, metrics.as_dict()
 
 
 # --------------------------------------------------------------------------- advantages
@@ -603,16 +704,17 @@ def run_step(
                 on_generated(b, batch)
             yield batch
 
-    selection = select(generation(), config.rollout)
-    metrics = {
-        **sandbox_metrics([r for b in selection.batches for r in b.results]),
-        **merge_rollout_metrics(rollout_rows),
-    }
-    with timed(timings, "perf/grade_s"):
-        grades, grade_metrics = grade(
-            config, inputs.grader, inputs.tasks, selection.trajectories, selection.results,
-            inputs.workspace, progress=progress,
-        )  # fmt: skip
+    # each batch's kept groups are graded while the next batch generates
+    with Grading(config, inputs.grader, inputs.tasks, inputs.workspace, progress=progress) as grading:
+        selection = select(
+            generation(), config.rollout, on_kept=lambda kept: grading.submit(kept.trajectories, kept.results)
+        )
+        metrics = {
+            **sandbox_metrics([r for b in selection.batches for r in b.results]),
+            **merge_rollout_metrics(rollout_rows),
+        }
+        with timed(timings, "perf/grade_s"):  # the grading nothing hid: waited for once generation ended
+            grades, grade_metrics = grading.result(timings)
     metrics |= grade_metrics
     with timed(timings, "perf/redistribute_s"):
         batch, advantage_metrics = advantages(config.advantage, selection.kept_batch, grades)

@@ -209,8 +209,9 @@ def test_style_and_integrity_tools_answer_for_every_candidate(server: str, ws: G
     style, integrity, stats = results
     assert style.splitlines() == ["TOOL RESULT style_findings: c1: 0", "c2: 1 (print call)", "c3: 0", "c4: 0"]
     assert integrity.splitlines() == ["TOOL RESULT integrity_flags: c1: 0", "c2: 0", "c3: 0", "c4: 0"]
-    assert stats.splitlines()[0] == "TOOL RESULT diff_stats: c1: 2 lines (+1 -1), 1 files, 1 hunks"
-    assert stats.splitlines()[2:] == [
-        "c3: 3 lines (+2 -1), 2 files, 2 hunks, 1 comment",
-        "c4: 4 lines (+3 -1), 2 files, 2 hunks, 1 blank",
+    assert stats.splitlines() == [
+        "TOOL RESULT diff_stats: c1: 2 lines, 1 files",
+        "c2: 3 lines, 1 files",
+        "c3: 3 lines, 2 files",
+        "c4: 4 lines, 2 files",
     ]

@@ -20,7 +20,6 @@ from gagar.grader.transcripts import (
     FLAGGED_PENALTY,
     OVERVIEW_TOOLS,
     Evidence,
-    candidate_note,
     evidence,
     render,
     teacher_transcript,
@@ -54,18 +53,17 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OVERVIEW_TOOLS]
     assert all(f"c{i}:" in r for r in results for i in range(1, len(one.aliases) + 1))
     final = one.messages[-1]["content"]
-    *notes, answer_line = final.splitlines()
-    answer = FinalAnswer.model_validate(parse_json_object(answer_line))
-    assert list(answer.scores) == list(one.aliases)  # in alias order: copied row by row from the notes
+    assert "\n" not in final  # the answer is the scores alone
+    answer = FinalAnswer.model_validate(parse_json_object(final))
+    assert list(answer.scores) == list(one.aliases)  # in alias order: copied row by row
     assert answer.tiers() == one.ranking
     ws = group.workspace(tmp_path)
-    for note, (alias, tid) in zip(notes, one.aliases.items(), strict=True):
+    for alias, tid in one.aliases.items():
         found = evidence(ws, tid)
-        assert note == candidate_note(alias, found)
-        assert answer.scores[alias] == -visible_penalty(found)  # the score is the note's penalty, negated
+        assert answer.scores[alias] == -visible_penalty(found)  # the score is the penalty, negated
         stats = tools.diff_stats(ws, tid)
-        size = f"{alias}: {stats.added + stats.removed} lines (+{stats.added} -{stats.removed})"
-        assert size in results[-1]  # the sizes the notes copy come last
+        size = f"{alias}: {stats.added + stats.removed} lines, {stats.files} files"
+        assert f"\n{size}\n" in f"\n{results[-1].split(': ', 1)[1]}\n"  # the sizes scored come last
     # the oracle judges the teacher: the catalogue ladder is ordered like the oracle's totals
     patches = {c.trajectory_id: c.patch for c in group.candidates}
     quality = [score_patch(group.task, patches[t]).quality for t in one.aliases.values()]
@@ -82,16 +80,12 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     )
     assert f"\n{hack}: 1 (" in integrity or integrity.startswith(f"TOOL RESULT integrity_flags: {hack}: 1 (")
     assert transcript.ranking[-1] == [hack]
-    assert f"{hack}: " in transcript.messages[-1]["content"]
-    assert f"penalty {FLAGGED_PENALTY}" in transcript.messages[-1]["content"]
+    assert json.loads(transcript.messages[-1]["content"])["scores"][hack] == -FLAGGED_PENALTY
 
 
 def test_visible_penalty_is_the_size_unless_flagged() -> None:
     assert visible_penalty(Evidence(lines=7, out_of_scope=3, style=1, flags=0)) == 7
     assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY
-    note = candidate_note("c2", Evidence(lines=7, out_of_scope=3, style=1, flags=0))
-    assert note == "c2: 7 lines, 0 flags; penalty 7"
-    assert "{" not in note  # prose before the final JSON never holds a brace
 
 
 def test_demos_carry_the_loss_on_assistant_turns_only(groups, tmp_path: Path) -> None:

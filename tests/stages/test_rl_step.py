@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -207,3 +208,99 @@ def test_tasks_per_call_is_one_row_batch_for_an_in_process_engine_and_all_for_a_
     assert rl_step.tasks_per_call(Engine(), 8) == 4
     assert rl_step.tasks_per_call(Engine(), 64) == 1
     assert rl_step.tasks_per_call(object(), 8) is None
+
+
+class _SignallingGrader:
+    """The heuristic grader; each ranking first waits (10 s at most) for ``generating`` and records
+    whether it came: whether the grading ran while a later batch generated."""
+
+    def __init__(self) -> None:
+        from gagar.grader.heuristic import HeuristicGrader
+
+        self.inner, self.generating, self.overlapped = HeuristicGrader(), threading.Event(), []
+        self.name, self.version = self.inner.name, self.inner.version
+        self.concurrency, self.max_candidates = 1, None
+
+    def rank(self, ws, order):
+        self.overlapped.append(self.generating.wait(timeout=10))
+        return self.inner.rank(ws, order)
+
+
+def _gold_batch(gen: int, tasks, statuses: list[Status]) -> GeneratedBatch:
+    """One group per task, members per status, each carrying the task's gold patch."""
+    trajectories, results = [], []
+    for task in tasks:
+        for member, status in enumerate(statuses):
+            tid = f"{task.instance_id}-gen{gen}/{member}"
+            trajectories.append(
+                Trajectory(trajectory_id=tid, instance_id=task.instance_id,
+                           group_id=f"{task.instance_id}-gen{gen}", model_patch=task.patch)
+            )  # fmt: skip
+            results.append(
+                TestResult(trajectory_id=tid, instance_id=task.instance_id, status=status,
+                           resolved=status is Status.PASSED)
+            )  # fmt: skip
+    return rl_step.generation_batch(trajectories, results)
+
+
+def test_kept_groups_are_graded_while_the_next_batch_generates(tmp_path) -> None:
+    tasks = generate_tasks(2, seed=0)
+    config = TrainConfig.from_values(
+        {
+            "tasks": "tasks.jsonl",
+            "policy": "policy",
+            "advantage": {"algo": "gagar"},
+            "grader": {"kind": "heuristic"},
+        }
+    )
+    grader = _SignallingGrader()
+
+    def batches() -> Iterator[GeneratedBatch]:
+        yield _gold_batch(0, tasks[:1], [P, P, F])
+        grader.generating.set()  # batch 1 generates while batch 0's group is graded in the background
+        yield _gold_batch(1, tasks[1:], [P, F, P])
+
+    with rl_step.Grading(config, grader, tasks, tmp_path / "ws") as grading:
+        selection = rl_step.select(
+            batches(), _rollout(train_batch_groups=2, max_gen_batches=2),
+            on_kept=lambda kept: grading.submit(kept.trajectories, kept.results),
+        )  # fmt: skip
+        timings: dict[str, float] = {}
+        grades, metrics = grading.result(timings)
+    assert grader.overlapped
+    assert all(grader.overlapped)  # a blocking grade phase would have waited in vain
+    assert grades is not None
+    assert [g.group_id for g in grades] == [f"{t.instance_id}-gen{i}" for i, t in enumerate(tasks)]
+    assert timings["perf/grade_busy_s"] > 0
+    # the same grades and counts as grading the whole selection at once
+    at_once, at_once_metrics = rl_step.grade(
+        config, grader, tasks, selection.trajectories, selection.results, tmp_path / "ws2"
+    )
+    assert at_once is not None
+    assert [(g.group_id, g.ranking, g.fallback) for g in grades] == [
+        (g.group_id, g.ranking, g.fallback) for g in at_once
+    ]
+    assert {k: v for k, v in metrics.items() if "duration" not in k} == {
+        k: v for k, v in at_once_metrics.items() if "duration" not in k
+    }
+    assert metrics["grader/groups"] == 2
+
+
+def test_select_hands_on_each_batch_kept_part_before_drawing_the_next() -> None:
+    events: list[str] = []
+
+    def batches() -> Iterator[GeneratedBatch]:
+        for gen, outcome in enumerate([{"a": [P, P], "b": [P, F]}, {"c": [F, P], "d": [P, F]}]):
+            events.append(f"draw {gen}")
+            yield _batch(gen, outcome)
+
+    parts: list[GeneratedBatch] = []
+
+    def kept(part: GeneratedBatch) -> None:
+        events.append(f"kept {len(parts)}")
+        parts.append(part)
+
+    selection = rl_step.select(batches(), _rollout(train_batch_groups=2, max_gen_batches=2), on_kept=kept)
+    assert events == ["draw 0", "kept 0", "draw 1", "kept 1"]
+    assert [t for p in parts for t in p.trajectories] == selection.trajectories
+    assert [r for p in parts for r in p.results] == selection.results

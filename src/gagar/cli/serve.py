@@ -12,6 +12,10 @@ from gagar.cli.core import GagarGroup
 
 __all__ = ["app"]
 
+PREFIX_CACHE_TOKENS = 32768
+"""``gagar serve grader --prefix-cache``'s default: the prompts of 32 grading conversations of about
+1,000 tokens (about 1.5 GB of key/values for SmolLM2-135M in fp32)."""
+
 app = typer.Typer(
     cls=GagarGroup, help="Long-running servers that outlive the pipeline steps.", no_args_is_help=True
 )
@@ -126,16 +130,33 @@ def grader(
     max_batch: int = typer.Option(
         32, min=1, help="own: most sequences decoded together (concurrent gradings; 1: one at a time)."
     ),
+    dtype: str = typer.Option(
+        "float32",
+        help="Precision of the weights: float32, bfloat16 (faster on CPUs with AMX or AVX512-BF16, but a "
+        "small grader's answers may break: measure it), or auto: bfloat16 where the CPU multiplies it in "
+        "hardware, else float32.",
+    ),
+    prefix_cache: int = typer.Option(
+        PREFIX_CACHE_TOKENS,
+        min=0,
+        help="own: tokens of earlier prompts whose key/values are kept, so a turn prefills only its new "
+        "tokens (0: off, every prompt prefilled whole).",
+    ),
 ) -> None:
     """Serve the LLM grader warm on loopback (chat and completions APIs) until interrupted; point
     `gagar grade --grader llm --endpoint URL` and `grader.endpoint` of `gagar train` at the URL it prints."""
     import signal
     import time
 
+    from gagar.policy.model import serving_dtype
     from gagar.policy.vllm_server import PolicyServerError, find_vllm_python, start_policy_server
 
     if engine not in ("auto", "vllm", "own"):
         raise typer.BadParameter(f"engine must be auto, vllm or own, got {engine!r}")
+    try:
+        precision = serving_dtype(dtype)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _interrupt)
     vllm_python = python or find_vllm_python()
@@ -143,7 +164,7 @@ def grader(
         try:
             server = start_policy_server(
                 model, port=port, enable_lora=False, python=vllm_python, startup_timeout_s=startup_timeout,
-                served_model_name=served_model_name, max_model_len=max_model_len, dtype="float32",
+                served_model_name=served_model_name, max_model_len=max_model_len, dtype=precision,
                 enforce_eager=enforce_eager,
             )  # fmt: skip
         except PolicyServerError as exc:
@@ -152,14 +173,23 @@ def grader(
         _serve_until_exit(
             server, f"serving grader {model} as {served_model_name!r} at {server.base_url} (vLLM)"
         )
-    from gagar.policy.generation import HFBackend
+    import torch
+
+    from gagar.policy.generation import GenerationBackend, HFBackend
     from gagar.policy.model import load_policy
+    from gagar.policy.prefix_cache import PrefixCachingBackend
     from gagar.policy.server import running_server
 
-    weights, tokenizer = load_policy(model)
-    backend = HFBackend(weights, tokenizer, batch_size=max_batch)
+    weights, tokenizer = load_policy(model, dtype=getattr(torch, precision))
+    backend: GenerationBackend = (
+        PrefixCachingBackend(weights, tokenizer, prefix_cache)
+        if prefix_cache
+        else HFBackend(weights, tokenizer, batch_size=max_batch)
+    )
     with running_server(backend, tokenizer, served_model_name, port or 0, max_batch=max_batch) as url:
-        typer.echo(f"serving grader {model} as {served_model_name!r} at {url} (gagar.policy.server)")
+        typer.echo(
+            f"serving grader {model} ({precision}) as {served_model_name!r} at {url} (gagar.policy.server)"
+        )
         try:
             while True:
                 time.sleep(3600)

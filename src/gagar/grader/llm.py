@@ -3,8 +3,8 @@
 The model sees the task and the passing candidates under aliases ``c1..ck`` (in the order it is
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
-message, or the final answer. The final answer is pointwise: a note line per candidate (prose without
-braces), then ``{"scores": {"c1": -4, "c2": 0, ...}}``, one score per candidate, higher is better;
+message, or the final answer. The final answer is pointwise: ``{"scores": {"c1": -4, "c2": 0, ...}}``,
+one score per candidate, higher is better (prose before it is allowed and ignored);
 the grader derives the ranking (equal scores tied), so a model never has to sort or write tiers. A
 tiered ``{"ranking": [["c2"], ["c1", "c3"]]}`` (best first) is accepted too. A per-candidate tool
 called without ``candidate`` answers for every candidate at once, one short line each
@@ -48,7 +48,10 @@ __all__ = [
     "user_prompt",
 ]
 
-VERSION = "4"
+VERSION = "5"
+"""The prompt and transcript format: 5 answers with the scores alone and shows ``diff_stats`` as lines
+and files. A grader trained on another version's transcripts must be retrained
+(``gagar grader sft --kind llm``)."""
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -107,7 +110,7 @@ SYSTEM_PROMPT = """Rank patches that all pass the tests: best is targeted and mi
 Tools, for every candidate when "candidate" is left out: {"tool": "diff_stats"} (size), integrity_flags
 (test gaming), out_of_scope_edits, style_findings, files_touched, functions_touched, lint_delta,
 read_patch; also pairwise_diff {"a", "b"}, run_tests {"candidate", "tests"}, read_conversation.
-Finish: a note line per candidate, then {"scores": {"c1": S, ...}}, higher is better."""
+Finish: {"scores": {"c1": S, ...}}, higher is better."""
 
 
 def _short(scope: str) -> str:
@@ -124,10 +127,7 @@ def _listed(items: Sequence[str], most: int = 4) -> str:
 def summary_line(tool: str, value: Any) -> str:
     """One short line for a per-candidate tool's result (the all-candidates form)."""
     if tool == "diff_stats":
-        v = value
-        sizes = f"{v.added + v.removed} lines (+{v.added} -{v.removed}), {v.files} files, {v.hunks} hunks"
-        extra = [f"{n} {what}" for n, what in ((v.comment_lines, "comment"), (v.blank_lines, "blank")) if n]
-        return ", ".join([sizes, *extra])
+        return f"{value.added + value.removed} lines, {value.files} files"
     if tool == "files_touched":
         return _listed([f"{c.path.rsplit('/', 1)[-1]} ({c.kind}) +{c.added} -{c.removed}" for c in value])
     if tool == "functions_touched":

@@ -85,7 +85,7 @@ PRETRAINED_GRADER_DEFAULTS: dict[str, Any] = {
 }
 """Fine-tuning a pretrained grader (SmolLM2-135M-Instruct): a LoRA adapter and 160 transcripts of about
 1,050 tokens, 41 minutes on one core of the shared 2-core machine. A pretrained model already copies
-from its context, which is all the teacher's notes ask; with these settings it ranks the held-out
+from its context, which is all the teacher's scores ask; with these settings it ranks the held-out
 groups at Kendall tau 1.0 without a fallback (docs/grader.md)."""
 
 

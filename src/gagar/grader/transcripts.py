@@ -3,18 +3,18 @@
 For each labelled group the teacher lays out the shared workspace, presents the candidates under
 aliases in an order shuffled per example, calls the inspection tools through the very session the
 :class:`~gagar.grader.llm.LLMGrader` uses (so every tool output is the real one from the workspace),
-and ends with a note per candidate and the pointwise final JSON, a score per candidate in alias order.
+and ends with the pointwise final JSON, a score per candidate in alias order.
 
-What the teacher writes is predictable from what the grader sees: each note restates the tool outputs
-of its candidate (size, integrity flags), and the score is minus
-the note's penalty, :func:`visible_penalty` (the changed lines, or :data:`FLAGGED_PENALTY` for a
-candidate the integrity tool flags). The gold patch and the oracle's axes never reach the transcript;
+What the teacher writes is predictable from what the grader sees: each score is minus the candidate's
+:func:`visible_penalty` (its changed lines from ``diff_stats``, or :data:`FLAGGED_PENALTY` for a
+candidate ``integrity_flags`` flags). The gold patch and the oracle's axes never reach the transcript;
 the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript
 carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
 catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
 well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form and
-the teacher calls only the two tools its penalty uses, so a transcript of 8 candidates stays under 700
-tokens and a grading is three requests.
+the teacher calls only the two tools its penalty uses, and answers with the scores alone (version 5;
+version 4 wrote a note line per candidate first, about 60% of its answer), so a grading is three
+requests and its answer about 8 tokens a candidate.
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -45,7 +45,6 @@ __all__ = [
     "FLAGGED_PENALTY",
     "Evidence",
     "Transcript",
-    "candidate_note",
     "evidence",
     "render",
     "teacher_transcript",
@@ -56,7 +55,7 @@ __all__ = [
 OVERVIEW_TOOLS = ("integrity_flags", "diff_stats")
 """What the teacher asks about every candidate at once, in this order: the two its penalty rests on
 (every further call would lengthen each later turn's prompt for nothing the ranking uses); the sizes
-the notes copy come last, right before the notes."""
+the scores copy come last, right before the answer."""
 FLAGGED_PENALTY = 1000
 """The penalty of a candidate the integrity tool flags: below every honest patch of a realistic size."""
 
@@ -85,7 +84,7 @@ class Transcript:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the overview tools say about one candidate, as the note restates it."""
+    """What the inspection tools say about one candidate."""
 
     lines: int
     """Added plus removed lines (``diff_stats``)."""
@@ -112,11 +111,6 @@ def visible_penalty(e: Evidence) -> int:
     """The teacher's penalty: the changed lines (every catalogue modification adds some), or
     :data:`FLAGGED_PENALTY` for a flagged candidate."""
     return FLAGGED_PENALTY if e.flags else e.lines
-
-
-def candidate_note(alias: str, e: Evidence) -> str:
-    """One line restating the evidence a candidate's penalty rests on (no braces: the JSON comes after)."""
-    return f"{alias}: {e.lines} lines, {e.flags} flags; penalty {visible_penalty(e)}"
 
 
 def _tiers(labels: dict[str, float]) -> list[list[str]]:
@@ -172,8 +166,7 @@ def teacher_transcript(
             }
         )
         messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
-    notes = "\n".join(candidate_note(a, e) for a, e in found.items())
-    messages.append({"role": "assistant", "content": f"{notes}\n{json.dumps({'scores': scores})}"})
+    messages.append({"role": "assistant", "content": json.dumps({"scores": scores})})
     return Transcript(group.group_id, messages, aliases, tiers, oracle_tau)
 
 

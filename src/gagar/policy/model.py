@@ -22,7 +22,15 @@ from transformers import (
 
 from gagar.policy.adapter import adapter_base, is_adapter_dir, tokenizer_dir
 
-__all__ = ["ModelSize", "build_model", "load_adapter", "load_policy", "save_policy"]
+__all__ = [
+    "SERVING_DTYPES",
+    "ModelSize",
+    "build_model",
+    "load_adapter",
+    "load_policy",
+    "save_policy",
+    "serving_dtype",
+]
 
 
 @dataclass(frozen=True)
@@ -124,3 +132,28 @@ def load_adapter(
     model = PeftModel.from_pretrained(base, str(path), is_trainable=trainable)
     model.eval()
     return model, AutoTokenizer.from_pretrained(tokenizer_dir(Path(path), base_dir))
+
+
+SERVING_DTYPES = ("auto", "float32", "bfloat16")
+"""What ``gagar serve grader --dtype`` accepts."""
+
+
+def serving_dtype(choice: str, cpu_flags: str | None = None) -> str:
+    """``float32`` or ``bfloat16`` for ``choice``; ``auto`` is bfloat16 where the CPU multiplies it in
+    hardware (the ``amx_bf16`` or ``avx512_bf16`` flag of ``/proc/cpuinfo``, read unless ``cpu_flags``
+    is given), else float32.
+
+    Raises:
+        ValueError: ``choice`` is not one of :data:`SERVING_DTYPES`.
+    """
+    if choice not in SERVING_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(SERVING_DTYPES)}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    if cpu_flags is None:
+        try:
+            cpu_flags = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpu_flags = ""
+    words = set(cpu_flags.split())
+    return "bfloat16" if {"amx_bf16", "avx512_bf16"} & words else "float32"
