@@ -3,9 +3,9 @@ and a check that refuses a variable no class reads (a typo would otherwise pass 
 
 Each settings class has a prefix of its own: the training config's sections (``GAGAR_ROLLOUT__``,
 ``GAGAR_SANDBOX__``, …), the sandbox limits (``GAGAR_LIMITS__``), the local and Kubernetes sandbox
-backends (``GAGAR_LOCAL_SANDBOX__``, ``GAGAR_KUBERNETES__``), the judge (``GAGAR_JUDGE__``) and the
-artifact store (``GAGAR_STORAGE__``) and the task images (``GAGAR_TASK_IMAGES__``). Variables with a single underscore (``GAGAR_SEED``,
-``GAGAR_KFP_HOST``) are not families and are not checked here.
+backends (``GAGAR_LOCAL_SANDBOX__``, ``GAGAR_KUBERNETES__``), the judge (``GAGAR_JUDGE__``), the
+artifact store (``GAGAR_STORAGE__``) and the task images (``GAGAR_TASK_IMAGES__``). Variables with a
+single underscore (``GAGAR_SEED``, ``GAGAR_KFP_HOST``) are not families and are not checked here.
 """
 
 from __future__ import annotations
