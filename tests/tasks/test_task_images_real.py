@@ -5,7 +5,8 @@ read-only, the result read back from its termination-message file and judged by 
 
 Gold resolves every task, empty none. Slow (downloads from PyPI, builds two images); runs where
 podman has the base image (``make images`` imports it). Set ``GAGAR_TEST_SYNTH_DIR`` to keep the
-downloads and environments between runs. The cluster version is tests/cluster/test_task_images_on_the_cluster.py.
+downloads and environments between runs. The cluster version is
+tests/cluster/test_task_images_on_the_cluster.py.
 """
 
 from __future__ import annotations
