@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from cluster_wait import wait_until
+from gold_as import evaluate_gold_as
 from kfp_api import AUDIENCE, KfpApi
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -44,9 +45,6 @@ CHART = Path(__file__).resolve().parents[2] / "helm" / "gagar"
 REQUIRED = {"policy": "s3://mlpipeline/gagar/models/sft", "tasks": "s3://mlpipeline/gagar/tasks.jsonl"}
 REQUIRED["storage"] = "s3://mlpipeline/gagar/runs/nightly"
 UI_ACCOUNTS = ("pipeline-runner", "default-editor")  # the chart's sandbox.rbac.kfpServiceAccounts
-GOLD = (
-    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
-)
 
 
 def _image_values(sandbox_image: str) -> dict[str, Any]:
@@ -221,39 +219,6 @@ def test_the_default_install_schedules_nothing_and_the_required_values_schedule_
     assert accounts <= set(kfp.store.callers), kfp.store.callers
 
 
-def _evaluate_as(api_client: Any, account: str, sandbox_namespace: str, sandbox_image: str) -> Any:
-    from kubernetes import config as kube_config
-
-    from gagar.sandbox.base import Prediction
-    from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
-    from gagar.schema.task import Task
-
-    configuration = client.Configuration()
-    kube_config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
-    as_account = client.ApiClient(configuration)
-    as_account.set_default_header("Impersonate-User", account)
-    task = Task(
-        instance_id="demo__calc-1",
-        repo="demo/calc",
-        snapshot={
-            "calc.py": "def add(a, b):\n    return a - b\n",
-            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-        },
-        problem_statement="add subtracts",
-        patch=GOLD,
-        FAIL_TO_PASS=["tests/test_calc.py::test_add"],
-    )
-    backend = KubernetesBackend(
-        KubernetesSandboxConfig(namespace=sandbox_namespace, image=sandbox_image),
-        client.CoreV1Api(as_account),
-        client.NetworkingV1Api(as_account),
-    )
-    (result,) = backend.evaluate(
-        [(task, Prediction(instance_id=task.instance_id, model_patch=GOLD, trajectory_id="ui"))]
-    )
-    return result, client.CoreV1Api(as_account)
-
-
 @pytest.mark.parametrize("ui_account", UI_ACCOUNTS)
 def test_a_sandbox_evaluation_runs_under_the_account_of_a_ui_run(
     installs, api_client, sandbox_image, ui_account: str
@@ -262,7 +227,7 @@ def test_a_sandbox_evaluation_runs_under_the_account_of_a_ui_run(
 
     install = installs["defaults"]
     account = f"system:serviceaccount:{install['namespace']}:{ui_account}"
-    result, as_account = _evaluate_as(api_client, account, install["sandbox"], sandbox_image)
+    result, as_account = evaluate_gold_as(account, install["sandbox"], sandbox_image)
     assert (result.status, result.resolved) == (Status.PASSED, True), (result.reason, result.log[-1000:])
     for elsewhere in ("kube-system", installs["required"]["sandbox"]):  # bound in its release's only
         with pytest.raises(ApiException) as refused:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cluster_wait import wait_until
+from gold_as import evaluate_gold_as
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -26,9 +27,6 @@ pytestmark = [
 ]
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "gagar"
-GOLD = (
-    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
-)
 
 
 def _values(sandbox_namespace: str, sandbox_image: str) -> dict[str, Any]:
@@ -132,44 +130,19 @@ def test_servers_with_an_image_here_are_ready(installed, api_client) -> None:
 def test_sandbox_runs_in_the_chart_namespace_as_its_service_account(
     installed, api_client, sandbox_image
 ) -> None:
-    from kubernetes import config as kube_config
-
-    from gagar.sandbox.base import Prediction
-    from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
     from gagar.schema.result import Status
-    from gagar.schema.task import Task
 
-    configuration = client.Configuration()
-    kube_config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=configuration)
-    as_runner = client.ApiClient(configuration)
     account = next(
         s.metadata.name
         for s in client.CoreV1Api(api_client).list_namespaced_service_account(installed["namespace"]).items
         if s.metadata.labels and s.metadata.labels.get("app.kubernetes.io/instance") == installed["release"]
     )
-    as_runner.set_default_header(
-        "Impersonate-User", f"system:serviceaccount:{installed['namespace']}:{account}"
-    )
-    task = Task(
-        instance_id="demo__calc-1",
-        repo="demo/calc",
-        snapshot={
-            "calc.py": "def add(a, b):\n    return a - b\n",
-            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-        },
-        problem_statement="add subtracts",
-        patch=GOLD,
-        FAIL_TO_PASS=["tests/test_calc.py::test_add"],
-    )
-    config = KubernetesSandboxConfig(namespace=installed["sandbox"], image=sandbox_image)
-    backend = KubernetesBackend(config, client.CoreV1Api(as_runner), client.NetworkingV1Api(as_runner))
-    (gold,) = backend.evaluate(
-        [(task, Prediction(instance_id=task.instance_id, model_patch=GOLD, trajectory_id="g"))]
-    )
+    user = f"system:serviceaccount:{installed['namespace']}:{account}"
+    gold, as_runner = evaluate_gold_as(user, installed["sandbox"], sandbox_image)
     assert (gold.status, gold.resolved) == (Status.PASSED, True), (gold.reason, gold.log[-1000:])
     # the Role stops at the sandbox namespace
     with pytest.raises(ApiException) as refused:
-        client.CoreV1Api(as_runner).list_namespaced_pod("kube-system")
+        as_runner.list_namespaced_pod("kube-system")
     assert refused.value.status == 403
 
 

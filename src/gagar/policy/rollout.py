@@ -248,6 +248,16 @@ class SingleShotAgent(_AgentBase):
         ]
 
 
+def conversation_jobs(tasks: Sequence[Task], ctx: SampleContext) -> list[tuple[Task, str, str]]:
+    """``(task, trajectory id, group id)`` of every conversation a multi-turn agent runs: ``group_size``
+    members of each task's group."""
+    jobs = []
+    for task in tasks:
+        group = group_id_of(task, ctx.step, ctx.gen_batch)
+        jobs += [(task, f"{group}/{member}", group) for member in range(ctx.group_size)]
+    return jobs
+
+
 class ToolLoopAgent(_AgentBase):
     """A conversation of VIEW, SEARCH, EDIT, RUN_TESTS and SUBMIT turns (:mod:`gagar.policy.tool_loop`),
     every conversation of a call advancing one turn per engine call."""
@@ -274,15 +284,7 @@ class ToolLoopAgent(_AgentBase):
         )
 
     def sample(self, tasks: Sequence[Task], params: SamplingParams, ctx: SampleContext) -> list[Trajectory]:
-        jobs = [
-            (
-                task,
-                f"{group_id_of(task, ctx.step, ctx.gen_batch)}/{member}",
-                group_id_of(task, ctx.step, ctx.gen_batch),
-            )
-            for task in tasks
-            for member in range(ctx.group_size)
-        ]
+        jobs = conversation_jobs(tasks, ctx)
         return run_tool_loops(
             jobs,
             ctx.backend,
@@ -328,15 +330,7 @@ class ToolCallAgent(_AgentBase):
             raise ValueError("the tool-call agent runs its tools in sandboxed sessions: it needs a sandbox")
         sandbox, chars = ctx.sandbox, self.settings.max_tool_chars
         kit = ToolCallKit(ctx.tokenizer, self.settings, lambda task: open_session(sandbox, task, chars))
-        jobs = [
-            (
-                task,
-                f"{group_id_of(task, ctx.step, ctx.gen_batch)}/{member}",
-                group_id_of(task, ctx.step, ctx.gen_batch),
-            )
-            for task in tasks
-            for member in range(ctx.group_size)
-        ]
+        jobs = conversation_jobs(tasks, ctx)
         return run_tool_loops(
             jobs, ctx.backend, ctx.tokenizer, params, self.settings, None, ctx.step, ctx.policy_version,
             kit=kit,
