@@ -14,6 +14,8 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 
+from gagar import pyast
+
 __all__ = ["exercised_scopes", "in_scope", "is_test_path", "parse_test_id"]
 
 
@@ -41,7 +43,7 @@ def parse_test_id(test_id: str) -> tuple[str | None, list[str]]:
 def _definitions(source: str) -> tuple[tuple[str, ast.AST], ...]:
     """(qualname, node) of every function and class of a module; empty if it does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return ()
     found: list[tuple[str, ast.AST]] = []

@@ -18,6 +18,7 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
+from gagar import pyast
 from gagar.sandbox.edits import (
     UNCHANGED,
     EditBlock,
@@ -80,7 +81,7 @@ def relevant_files(task: Task, max_files: int = 1) -> list[str]:
 def _definition_span(text: str, names: Sequence[str]) -> tuple[int, int] | None:
     """0-based [start, end) lines of the first top-level or nested def/class named in ``names``."""
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return None
     defs = {

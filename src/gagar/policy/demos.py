@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
+from gagar import pyast
 from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.augment import package_of, random_package_name, rename_locals, rename_package
 from gagar.schema.task import Task
@@ -78,7 +79,7 @@ def split_signature(snapshot: Mapping[str, str], patch: str) -> str:
     exploded.append(f"{indent}){returns or ''}:\n")
     lines[span.node.lineno - 1 : span.node.lineno] = exploded
     new_text = "".join(lines)
-    if ast.dump(ast.parse(new_text)) != ast.dump(ast.parse(text)):
+    if ast.dump(pyast.parse(new_text)) != ast.dump(pyast.parse(text)):
         raise ValueError(f"{path}:{qualname}: splitting the signature changes the code")
     return make_diff(snapshot, {**fixed, path: new_text})
 

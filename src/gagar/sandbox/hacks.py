@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gagar import pyast
 from gagar.sandbox.pristine import PLUGIN_MODULE, RUNNER_MODULES, TEST_DIRS, Reset, SourceChange
 from gagar.schema.result import HackFlag, HackKind, Outcome
 
@@ -381,7 +382,7 @@ def source_flags(
         elif not change.path.endswith((".py", ".pyw")):
             continue
         try:
-            tree = ast.parse(new)
+            tree = pyast.parse(new)
         except (SyntaxError, ValueError):
             continue  # does not import: the tests fail on their own
         added = added_lines(old, new)

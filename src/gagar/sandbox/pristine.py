@@ -39,9 +39,12 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 if __name__ == "gagar.sandbox.pristine":
+    from gagar.pyast import parse as _parse_python
     from gagar.sandbox import judge_monitor as _monitor
     from gagar.sandbox import patch as _patch
 else:  # shipped to a sandbox pod as gagar_pristine.py, beside gagar_patch.py and gagar_judge_monitor.py
+    from ast import parse as _parse_python  # a pod's runner parses in one thread (gagar.pyast)
+
     import gagar_judge_monitor as _monitor  # type: ignore[import-not-found,no-redef]
     import gagar_patch as _patch  # type: ignore[import-not-found,no-redef]
 
@@ -541,7 +544,7 @@ def reference(repo: Path, files: Iterable[str]) -> Reference:
         source = path.read_bytes()
         try:
             compiled = compile(source, rel, "exec", dont_inherit=True, optimize=0)
-            tree = ast.parse(source, rel)
+            tree = _parse_python(source, rel)
         except (SyntaxError, ValueError):
             continue
         literals = {repr(n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)}

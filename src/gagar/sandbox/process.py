@@ -134,8 +134,8 @@ def run_bounded(
     )
 
 
-def live_pids_of(uid: int) -> list[int]:
-    """Processes of ``uid`` that are not zombies (a zombie holds nothing and cannot be killed)."""
+def pids_of(uid: int, *, zombies: bool = False) -> list[int]:
+    """Processes of ``uid``; zombies (which hold nothing and cannot be killed) only if asked."""
     pids = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -144,9 +144,24 @@ def live_pids_of(uid: int) -> list[int]:
                     continue
                 with open(f"/proc/{name}/stat", "rb") as fh:
                     state = fh.read().rsplit(b")", 1)[1].split()[0]
-                if state not in (b"Z", b"X"):
+                if zombies or state not in (b"Z", b"X"):
                     pids.append(int(name))
     return pids
+
+
+def live_pids_of(uid: int) -> list[int]:
+    """Processes of ``uid`` that are not zombies."""
+    return pids_of(uid)
+
+
+def wait_reaped(uid: int, timeout_s: float = 10.0) -> int:
+    """Wait until no process of ``uid`` is left, zombies included (or ``timeout_s``); returns how many
+    remain. Killed processes count against the uid's ``RLIMIT_NPROC`` until the kernel reaps them:
+    a shell started before then cannot fork."""
+    deadline = time.monotonic() + timeout_s
+    while (left := len(pids_of(uid, zombies=True))) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
 
 
 def kill_uid(uid: int, timeout_s: float = 5.0, spare: frozenset[int] = frozenset()) -> int:

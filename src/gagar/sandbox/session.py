@@ -40,7 +40,7 @@ from pathlib import Path
 from gagar.sandbox.isolation import SANDBOX_TOOLS, sandbox_env, session_argv
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import InfraError, LocalBackend, LocalSandboxSettings, clear_uid, tool_path
-from gagar.sandbox.process import BoundedOutput
+from gagar.sandbox.process import BoundedOutput, wait_reaped
 from gagar.sandbox.uids import lease_uid
 from gagar.sandbox.workspace import hand_over, materialize, workspace
 from gagar.schema.task import Task
@@ -175,6 +175,7 @@ class LocalSession:
             clear_uid(self.uid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._shell.wait(timeout=5)
+            wait_reaped(self.uid)
             for pipe in (self._shell.stdin, self._shell.stdout):
                 with contextlib.suppress(OSError):
                     pipe.close()  # type: ignore[union-attr]

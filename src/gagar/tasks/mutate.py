@@ -25,6 +25,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from gagar import pyast
+
 __all__ = ["OPERATORS", "Mutation", "find_mutations"]
 
 OPERATORS = (
@@ -288,7 +290,7 @@ def _is_str(node: ast.AST) -> bool:
 
 def _valid(source: str, original_dump: str, mutation: Mutation) -> bool:
     try:
-        tree = ast.parse(mutation.apply(source))
+        tree = pyast.parse(mutation.apply(source))
     except SyntaxError:
         return False
     return ast.dump(tree) != original_dump
@@ -306,7 +308,7 @@ def find_mutations(source: str, lines: set[int] | None = None) -> list[Mutation]
         Mutations that each parse and change the AST; empty if ``source`` does not parse.
     """
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return []
     finder = _Finder(source)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from io import StringIO
 
+from gagar import pyast
 from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import changed_scopes
@@ -104,13 +105,13 @@ def _insert(text: str, before_line: int, new_lines: Sequence[str]) -> str:
 
 def _same_ast(old: str, new: str) -> bool:
     try:
-        return ast.dump(ast.parse(old)) == ast.dump(ast.parse(new))
+        return ast.dump(pyast.parse(old)) == ast.dump(pyast.parse(new))
     except SyntaxError:
         return False
 
 
 def _ensure_import(text: str, module: str) -> str:
-    tree = ast.parse(text)
+    tree = pyast.parse(text)
     if any(isinstance(s, ast.Import) and any(a.name == module for a in s.names) for s in tree.body):
         return text
     imports = [s for s in tree.body if isinstance(s, ast.Import | ast.ImportFrom)]

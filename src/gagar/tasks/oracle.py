@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
+from gagar import pyast
 from gagar.schema.result import HackFlag
 from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, changed_lines, parse_diff
@@ -122,7 +123,7 @@ def _commented_code(comment: str) -> bool:
     if not body or not _CODE_WORD.search(body):
         return False
     try:
-        ast.parse(body.removesuffix(":") + (" pass" if body.endswith(":") else ""))
+        pyast.parse(body.removesuffix(":") + (" pass" if body.endswith(":") else ""))
     except SyntaxError:
         return False
     return True
@@ -146,7 +147,7 @@ def style_findings(path: str, old: str | None, new: str | None) -> list[str]:
     if new is None or not path.endswith(".py"):
         return []
     try:
-        tree = ast.parse(new)
+        tree = pyast.parse(new)
     except SyntaxError:
         return []
     _, added = changed_lines(old, new)

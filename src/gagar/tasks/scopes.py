@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from gagar import pyast
+
 __all__ = ["FunctionSpan", "function_named", "functions", "line_scopes"]
 
 MODULE = "<module>"
@@ -57,7 +59,7 @@ def _module_key(stmt: ast.stmt, index: int) -> str:
 
 def functions(source: str) -> list[FunctionSpan]:
     """Every function and method of ``source``, outermost first."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     return [
         FunctionSpan(name, _start(node), node.end_lineno or node.lineno, node)  # type: ignore[attr-defined]
         for name, node in _walk(tree.body, "")
@@ -76,7 +78,7 @@ def line_scopes(path: str, source: str) -> list[str]:
     if not path.endswith(".py"):
         return [f"{path}:<file>"] * n
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return [f"{path}:<file>"] * n
     scopes = [f"{path}:{MODULE}"] * n

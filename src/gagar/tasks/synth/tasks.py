@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from gagar import pyast
 from gagar.schema.result import Outcome
 from gagar.schema.task import Environment, Task
 from gagar.tasks.diffs import apply_diff, make_diff
@@ -113,7 +114,7 @@ def _parse(text: str | None) -> ast.Module | None:
     if text is None:
         return None
     try:
-        return ast.parse(text)
+        return pyast.parse(text)
     except SyntaxError:
         return None
 
