@@ -32,15 +32,16 @@ import os
 import secrets
 import select
 import shutil
-import stat
 import subprocess
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from gagar.sandbox.isolation import SANDBOX_TOOLS, sandbox_env, session_argv
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import InfraError, LocalBackend, LocalSandboxSettings, clear_uid, tool_path
 from gagar.sandbox.process import BoundedOutput, wait_reaped
+from gagar.sandbox.session_pod import SKIPPED_DIRS, read_tree
 from gagar.sandbox.uids import lease_uid
 from gagar.sandbox.workspace import hand_over, materialize, workspace
 from gagar.schema.task import Task
@@ -51,6 +52,7 @@ __all__ = [
     "SKIPPED_DIRS",
     "LocalSession",
     "SessionError",
+    "ShellSession",
     "editor_command",
     "open_session",
     "read_tree",
@@ -58,150 +60,91 @@ __all__ = [
 
 EDITOR = Path(__file__).with_name("session_editor.py")
 """The editor script bound into every session (run by the sandbox's interpreter)."""
-SKIPPED_DIRS = frozenset({".git", ".pytest_cache", "__pycache__", ".mypy_cache", ".ruff_cache"})
-"""Folders of the working tree never read into the patch (caches a test run leaves behind)."""
 _READ_CHUNK = 1 << 16
 _prefer = itertools.count()
-
-
-def editor_command(request: dict[str, object]) -> str:
-    """The shell command that runs the session's editor on ``request`` (JSON, passed base64-encoded)."""
-    payload = base64.b64encode(json.dumps(request).encode()).decode()
-    return f"printf %s {payload} | base64 -d | /sandbox/bin/python {SANDBOX_TOOLS}/{EDITOR.name}"
 
 
 class SessionError(RuntimeError):
     """The session's sandbox could not start: an infrastructure failure, not the policy's."""
 
 
-def read_tree(root: Path, max_file_bytes: int) -> dict[str, str]:
-    """The text files under ``root`` by relative path: links, special files, files over
-    ``max_file_bytes``, undecodable files and :data:`SKIPPED_DIRS` left out; no link is followed."""
-    files: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
-        for name in filenames:
-            if name.endswith(".pyc"):
-                continue
-            full = os.path.join(dirpath, name)
-            try:
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
-                continue  # a link (ELOOP) or gone
-            with os.fdopen(fd, "rb") as fh:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode) or info.st_size > max_file_bytes:
-                    continue
-                data = fh.read(max_file_bytes + 1)
-            with contextlib.suppress(UnicodeDecodeError):
-                files[os.path.relpath(full, root)] = data.decode("utf-8")
-    return files
+def editor_command(request: dict[str, object]) -> str:
+    """The shell command that runs the session's editor on ``request`` (JSON, passed base64-encoded)."""
+    payload = base64.b64encode(json.dumps(request).encode()).decode()
+    return f"printf %s {payload} | base64 -d | python3 {SANDBOX_TOOLS}/{EDITOR.name}"
 
 
-class LocalSession:
-    """One trajectory's shell and editor in the local sandbox (module docstring). Close it (or use it
-    as a context manager) on every exit path; a killed rollout's sandbox dies with it regardless."""
+class ShellSession:
+    """One trajectory's persistent shell and editor, whatever carries them (module docstring).
 
-    def __init__(
-        self,
-        task: Task,
-        limits: SandboxLimits,
-        settings: LocalSandboxSettings,
-        work_root: Path | None,
-        max_chars: int,
-    ) -> None:
-        self.limits, self.settings, self.max_chars = limits, settings, max_chars
-        self.python = task.environment.python or settings.python
-        self._stack = contextlib.ExitStack()
-        self._shell: subprocess.Popen[bytes] | None = None
+    A backend supplies the transport: :meth:`_launch` starts a shell reading commands from its stdin,
+    :meth:`_write` and :meth:`_read` talk to it, :meth:`_kill` ends every process of the session (the
+    files stay) and :meth:`_tree` reads the working tree. ``original`` is the tree as it started.
+    """
+
+    limits: SandboxLimits
+    max_chars: int
+    original: dict[str, str]
+
+    def __init__(self, limits: SandboxLimits, max_chars: int) -> None:
+        self.limits, self.max_chars = limits, max_chars
         self._nonce = secrets.token_hex(8)
-        self._pending: tuple[float, float, bool] | None = None
+        self._pending: tuple[float, float, bool] | Future[tuple[float, float, bool]] | None = None
+        self._alive = False
         self.restarts = 0
         """Shells started after the first (a timeout, an exit, an output flood)."""
-        try:
-            ws = self._stack.enter_context(workspace(work_root))
-            materialize(task, ws.repo, settings.repos_dir)
-            self.repo = ws.repo
-            self.original = read_tree(ws.repo, limits.max_patch_bytes)
-            self.state, self.tools_dir = ws.root / "state", ws.root / "tools"
-            self.state.mkdir()
-            self.tools_dir.mkdir(mode=0o755)
-            shutil.copyfile(EDITOR, self.tools_dir / EDITOR.name)
-            (self.tools_dir / EDITOR.name).chmod(0o644)
-            s = settings
-            self.tools = (tool_path(s.prlimit), tool_path(s.setpriv), tool_path(s.bwrap))
-            self.uid = self._stack.enter_context(
-                lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=next(_prefer))
-            )
-            self._stack.callback(clear_uid, self.uid)
-            clear_uid(self.uid)  # a holder that died mid-session may have left processes behind
-            hand_over(ws, self.uid)
-            os.chown(self.state, self.uid, self.uid)
-            self._start()
-        except BaseException:
-            self.close()
-            raise
 
-    def __enter__(self) -> LocalSession:
+    # -- the transport -----------------------------------------------------------------------------
+
+    def _launch(self) -> None:
+        raise NotImplementedError
+
+    def _kill(self) -> None:
+        raise NotImplementedError
+
+    def _write(self, data: bytes) -> bool:
+        """Write to the shell's stdin; False when it is gone."""
+        raise NotImplementedError
+
+    def _read(self, timeout_s: float) -> bytes | None:
+        """The next output, b"" once the shell ended, None when nothing came within ``timeout_s``."""
+        raise NotImplementedError
+
+    def _tree(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    def __enter__(self) -> ShellSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _start(self) -> None:
-        argv = session_argv(
-            tools=self.tools, uid=self.uid, limits=self.limits, repo=self.repo, state=self.state,
-            tools_dir=self.tools_dir, python=self.python,
-        )  # fmt: skip
-        self._shell = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=sandbox_env(self.python),
-            cwd=self.repo,
-            start_new_session=True,
-        )
-        ready, _, exited = self._exchange("echo ready", 30.0)
+        self._launch()
+        self._alive = True
+        ready, _, exited = self._exchange("echo ready", 60.0)
         if exited or ready.strip() != "ready":
             self.stop()
             raise SessionError(f"the session's sandbox did not start: {ready.strip()[-300:] or 'no output'}")
 
     def stop(self) -> None:
         """Kill every process of the session (the shell, whatever it started); the files stay."""
-        if self._shell is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._shell.pid, 9)
-            clear_uid(self.uid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._shell.wait(timeout=5)
-            wait_reaped(self.uid)
-            for pipe in (self._shell.stdin, self._shell.stdout):
-                with contextlib.suppress(OSError):
-                    pipe.close()  # type: ignore[union-attr]
-            self._shell = None
-
-    def close(self) -> None:
-        """Stop the session and remove its working tree (idempotent)."""
-        with contextlib.suppress(InfraError):
-            self.stop()
-        self._stack.close()
+        if self._alive:
+            self._alive = False
+            self._kill()
 
     def _send(self, command: str) -> bool:
         """Write ``command`` to the shell, followed by the end marker; False when the shell is gone."""
-        shell = self._shell
-        assert shell is not None
-        assert shell.stdin is not None
         encoded = base64.b64encode(command.encode()).decode()
         line = (
             f"eval \"$(printf %s {encoded} | base64 -d)\" </dev/null 2>&1; printf '\\n%s\\n' {self._marker}\n"
         )
-        try:
-            shell.stdin.write(line.encode())
-            shell.stdin.flush()
-        except OSError:
-            return False
-        return True
+        return self._write(line.encode())
 
     @property
     def _marker(self) -> str:
@@ -210,19 +153,15 @@ class LocalSession:
     def _receive(self, deadline: float) -> tuple[str, bool, bool]:
         """The output up to the end marker (head and tail): the text, whether it ran past
         ``deadline`` or flooded, whether the shell ended."""
-        shell = self._shell
-        assert shell is not None
-        assert shell.stdout is not None
         marker = self._marker.encode()
-        out, window, fd = BoundedOutput(2 * self.max_chars), b"", shell.stdout.fileno()
+        out, window = BoundedOutput(2 * self.max_chars), b""
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or out.total > self.limits.max_output_bytes:
                 return out.text(), True, False
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
+            chunk = self._read(left)
+            if chunk is None:
                 continue
-            chunk = os.read(fd, _READ_CHUNK)
             if not chunk:
                 return out.text(), False, True
             out.add(chunk)
@@ -235,13 +174,17 @@ class LocalSession:
         deadline = time.monotonic() + timeout_s
         return self._receive(deadline) if self._send(command) else ("", False, True)
 
+    def _dispatch(self, command: str, timeout_s: float) -> tuple[float, float, bool]:
+        """Start a shell if none runs, send ``command``: its deadline, timeout and whether it was sent."""
+        if not self._alive:
+            self.restarts += 1
+            self._start()
+        return time.monotonic() + timeout_s, timeout_s, self._send(command)
+
     def begin(self, command: str, timeout_s: float) -> None:
         """Send ``command`` to the shell and return at once; :meth:`finish` reads its answer (so that
         the calls of many sessions run at the same time)."""
-        if self._shell is None:
-            self.restarts += 1
-            self._start()
-        self._pending = (time.monotonic() + timeout_s, timeout_s, self._send(command))
+        self._pending = self._dispatch(command, timeout_s)
 
     def finish(self) -> str:
         """The output of the command :meth:`begin` sent (stdout and stderr), with a note when it timed
@@ -249,7 +192,8 @@ class LocalSession:
         processes go)."""
         if self._pending is None:
             raise RuntimeError("finish() without begin()")
-        (deadline, timeout_s, sent), self._pending = self._pending, None
+        pending, self._pending = self._pending, None
+        deadline, timeout_s, sent = pending.result() if isinstance(pending, Future) else pending
         output, stopped, exited = self._receive(deadline) if sent else ("", False, True)
         note = ""
         if stopped:
@@ -276,17 +220,122 @@ class LocalSession:
     def patch(self) -> str:
         """Stop the session and diff its working tree against the repository it started from."""
         self.stop()
-        return make_diff(self.original, read_tree(self.repo, self.limits.max_patch_bytes))
+        return make_diff(self.original, self._tree())
 
 
-def open_session(sandbox: object, task: Task, max_chars: int) -> LocalSession:
-    """A session for ``task`` in the sandbox backend ``sandbox`` runs (its limits and settings).
+class LocalSession(ShellSession):
+    """A session in the local sandbox (module docstring). Close it (or use it as a context manager)
+    on every exit path; a killed rollout's sandbox dies with it regardless."""
+
+    def __init__(
+        self,
+        task: Task,
+        limits: SandboxLimits,
+        settings: LocalSandboxSettings,
+        work_root: Path | None,
+        max_chars: int,
+    ) -> None:
+        super().__init__(limits, max_chars)
+        self.settings = settings
+        self.python = task.environment.python or settings.python
+        self._stack = contextlib.ExitStack()
+        self._shell: subprocess.Popen[bytes] | None = None
+        try:
+            ws = self._stack.enter_context(workspace(work_root))
+            materialize(task, ws.repo, settings.repos_dir)
+            self.repo = ws.repo
+            self.original = read_tree(ws.repo, limits.max_patch_bytes)
+            self.state, self.tools_dir = ws.root / "state", ws.root / "tools"
+            self.state.mkdir()
+            self.tools_dir.mkdir(mode=0o755)
+            shutil.copyfile(EDITOR, self.tools_dir / EDITOR.name)
+            (self.tools_dir / EDITOR.name).chmod(0o644)
+            s = settings
+            self.tools = (tool_path(s.prlimit), tool_path(s.setpriv), tool_path(s.bwrap))
+            self.uid = self._stack.enter_context(
+                lease_uid(s.uid_lock_dir, s.base_uid, s.uid_count, prefer=next(_prefer))
+            )
+            self._stack.callback(clear_uid, self.uid)
+            clear_uid(self.uid)  # a holder that died mid-session may have left processes behind
+            hand_over(ws, self.uid)
+            os.chown(self.state, self.uid, self.uid)
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self) -> None:
+        argv = session_argv(
+            tools=self.tools, uid=self.uid, limits=self.limits, repo=self.repo, state=self.state,
+            tools_dir=self.tools_dir, python=self.python,
+        )  # fmt: skip
+        self._shell = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=sandbox_env(self.python),
+            cwd=self.repo,
+            start_new_session=True,
+        )
+
+    def _kill(self) -> None:
+        shell, self._shell = self._shell, None
+        if shell is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(shell.pid, 9)
+        clear_uid(self.uid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            shell.wait(timeout=5)
+        wait_reaped(self.uid)
+        for pipe in (shell.stdin, shell.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()  # type: ignore[union-attr]
+
+    def _write(self, data: bytes) -> bool:
+        shell = self._shell
+        if shell is None or shell.stdin is None:
+            return False
+        try:
+            shell.stdin.write(data)
+            shell.stdin.flush()
+        except OSError:
+            return False
+        return True
+
+    def _read(self, timeout_s: float) -> bytes | None:
+        assert self._shell is not None
+        assert self._shell.stdout is not None
+        fd = self._shell.stdout.fileno()
+        readable, _, _ = select.select([fd], [], [], timeout_s)
+        return os.read(fd, _READ_CHUNK) if readable else None
+
+    def _tree(self) -> dict[str, str]:
+        return read_tree(self.repo, self.limits.max_patch_bytes)
+
+    def close(self) -> None:
+        """Stop the session and remove its working tree (idempotent)."""
+        with contextlib.suppress(InfraError):
+            self.stop()
+        self._stack.close()
+
+
+def open_session(sandbox: object, task: Task, max_chars: int) -> ShellSession:
+    """A session for ``task`` in the sandbox backend ``sandbox`` runs (its limits and settings): a
+    local one, or a pod of its own for the Kubernetes backend (:mod:`gagar.sandbox.k8s.session`).
 
     Raises:
-        ValueError: a backend with no session support (only the local one has sessions so far).
-        SessionError: the sandbox did not start.
+        ValueError: a backend with no session support.
+        SessionError: the sandbox did not start (a Kubernetes session reports it at its first command).
     """
-    if not isinstance(sandbox, LocalBackend):
-        name = type(sandbox).__name__
-        raise ValueError(f"the tool-call agent's sessions run in the local sandbox backend, not {name}")
-    return LocalSession(task, sandbox.limits, sandbox.settings, sandbox.work_root, max_chars)
+    if isinstance(sandbox, LocalBackend):
+        return LocalSession(task, sandbox.limits, sandbox.settings, sandbox.work_root, max_chars)
+    from gagar.sandbox.k8s.backend import KubernetesBackend
+
+    if isinstance(sandbox, KubernetesBackend):
+        from gagar.sandbox.k8s.session import KubernetesSession
+
+        return KubernetesSession(sandbox, task, max_chars)
+    name = type(sandbox).__name__
+    raise ValueError(f"the tool-call agent's sessions need the local or Kubernetes sandbox, not {name}")

@@ -80,6 +80,9 @@ class KubernetesSandboxConfig(BaseSettings):
     past ``wall_time_s`` it is a timeout; CPU, address space, processes and file size are rlimits."""
     start_deadline_s: float = Field(default=600.0, gt=0)
     """A pod not running this long after creation is an infra_error (unschedulable, slow pull, ...)."""
+    session_deadline_s: int = Field(default=7200, ge=60)
+    """Longest an agent's session pod lives (its activeDeadlineSeconds). A session ends with its
+    conversation; this bounds what a command left running after its rollout was killed."""
     ttl_s: int = Field(default=3600, ge=60)
     """Objects of this backend older than this are swept at the start of each evaluate()."""
     max_concurrency: int = Field(default=16, ge=1)

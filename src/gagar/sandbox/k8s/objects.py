@@ -216,8 +216,70 @@ def build_configmap(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1
     return client.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=_metadata(config, plan), data=data)
 
 
-def _container(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Container:
+def container_resources(config: KubernetesSandboxConfig) -> client.V1ResourceRequirements:
+    """Requests and limits of a sandbox container (the config's ``resources``)."""
     res = config.resources
+    return client.V1ResourceRequirements(
+        requests={
+            "cpu": res.cpu_request,
+            "memory": res.memory_request,
+            "ephemeral-storage": res.ephemeral_storage_request,
+        },
+        limits={
+            "cpu": res.cpu_limit,
+            "memory": res.memory_limit,
+            "ephemeral-storage": res.ephemeral_storage_limit,
+        },
+    )
+
+
+def container_security(config: KubernetesSandboxConfig, uid: int | None = None) -> client.V1SecurityContext:
+    """A sandbox container's security context: non-root (``uid``, default ``run_as_user``), no
+    capabilities, read-only root."""
+    uid = config.run_as_user if uid is None else uid
+    return client.V1SecurityContext(
+        allow_privilege_escalation=False,
+        privileged=False,
+        capabilities=client.V1Capabilities(drop=["ALL"]),
+        read_only_root_filesystem=True,
+        run_as_non_root=True,
+        run_as_user=uid,
+        run_as_group=uid,
+        seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+    )
+
+
+def pod_spec(
+    config: KubernetesSandboxConfig,
+    container: client.V1Container,
+    volumes: list[client.V1Volume],
+    deadline_s: int,
+    uid: int | None = None,
+) -> client.V1PodSpec:
+    """The hardened spec of a sandbox pod (restricted Pod Security Standard) running ``container``
+    as ``uid`` (default ``run_as_user``)."""
+    uid = config.run_as_user if uid is None else uid
+    return client.V1PodSpec(
+        restart_policy="Never",
+        active_deadline_seconds=deadline_s,
+        termination_grace_period_seconds=5,
+        automount_service_account_token=False,
+        enable_service_links=False,
+        service_account_name=config.service_account_name,
+        runtime_class_name=config.runtime_class_name,
+        security_context=client.V1PodSecurityContext(
+            run_as_non_root=True,
+            run_as_user=uid,
+            run_as_group=uid,
+            fs_group=uid,
+            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+        containers=[container],
+        volumes=volumes,
+    )
+
+
+def _container(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Container:
     return client.V1Container(
         name="sandbox",
         image=plan.image,
@@ -232,28 +294,8 @@ def _container(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Conta
         ],
         working_dir=WORKSPACE_DIR,
         env=[client.V1EnvVar(name="HOME", value="/tmp"), client.V1EnvVar(name="TMPDIR", value="/tmp")],
-        resources=client.V1ResourceRequirements(
-            requests={
-                "cpu": res.cpu_request,
-                "memory": res.memory_request,
-                "ephemeral-storage": res.ephemeral_storage_request,
-            },
-            limits={
-                "cpu": res.cpu_limit,
-                "memory": res.memory_limit,
-                "ephemeral-storage": res.ephemeral_storage_limit,
-            },
-        ),
-        security_context=client.V1SecurityContext(
-            allow_privilege_escalation=False,
-            privileged=False,
-            capabilities=client.V1Capabilities(drop=["ALL"]),
-            read_only_root_filesystem=True,
-            run_as_non_root=True,
-            run_as_user=config.run_as_user,
-            run_as_group=config.run_as_user,
-            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
-        ),
+        resources=container_resources(config),
+        security_context=container_security(config),
         volume_mounts=[
             client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
             client.V1VolumeMount(name="workspace", mount_path=WORKSPACE_DIR),
@@ -271,23 +313,10 @@ def build_pod(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Pod:
         api_version="v1",
         kind="Pod",
         metadata=_metadata(config, plan),
-        spec=client.V1PodSpec(
-            restart_policy="Never",
-            active_deadline_seconds=pod_deadline_s(config, len(plan.predictions)),
-            termination_grace_period_seconds=5,
-            automount_service_account_token=False,
-            enable_service_links=False,
-            service_account_name=config.service_account_name,
-            runtime_class_name=config.runtime_class_name,
-            security_context=client.V1PodSecurityContext(
-                run_as_non_root=True,
-                run_as_user=config.run_as_user,
-                run_as_group=config.run_as_user,
-                fs_group=config.run_as_user,
-                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
-            ),
-            containers=[_container(config, plan)],
-            volumes=[
+        spec=pod_spec(
+            config,
+            _container(config, plan),
+            [
                 client.V1Volume(
                     name="input",
                     projected=client.V1ProjectedVolumeSource(
@@ -307,6 +336,7 @@ def build_pod(config: KubernetesSandboxConfig, plan: PodPlan) -> client.V1Pod:
                 ),
                 client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource(size_limit=res.tmp_size)),
             ],
+            pod_deadline_s(config, len(plan.predictions)),
         ),
     )
 

@@ -103,14 +103,14 @@ def prepare_repo(spec, input_dir, repo):
     if spec["repo_source"] == "snapshot":
         with open(os.path.join(input_dir, "snapshot.json"), encoding="utf-8") as fh:
             files = json.load(fh)
-        os.makedirs(repo)
+        os.makedirs(repo, exist_ok=True)
         for rel, text in sorted(files.items()):
             path = _safe_join(repo, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
     else:
-        shutil.copytree(spec["image_repo_dir"], repo, symlinks=True)
+        shutil.copytree(spec["image_repo_dir"], repo, symlinks=True, dirs_exist_ok=True)
 
 
 def _apply_python(repo, patch_file, max_bytes):
