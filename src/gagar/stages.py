@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gagar import rl_step
+from gagar.grader.llm import GROUP_TIMEOUT_S
 from gagar.records import read_records, write_records
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
@@ -101,7 +102,7 @@ def grade_stage(
     model: str | None = None,
     api: str = "chat",
     max_turns: int | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float = GROUP_TIMEOUT_S,
     position_guard: float | None = None,
     repos_dir: PathLike | None = None,
     progress: bool = True,

@@ -59,7 +59,7 @@ def test_openai_backend_against_the_local_server(loaded) -> None:
         (s.token_ids, s.logprobs, s.finish_reason) for s in local[0]
     ]
     for sample in remote[0]:
-        ref = sequence_logprobs(model, prompts[0], sample.token_ids)
+        ref = sequence_logprobs(model, prompts[0], sample.token_ids, params.temperature)
         torch.testing.assert_close(torch.tensor(sample.logprobs), ref, atol=1e-4, rtol=0)
 
 

@@ -126,7 +126,7 @@ def test_a_sampled_multi_turn_trajectory_trains_on_sampled_tokens_only(tasks, ti
     assert mask.sum() > 0
     assert (1 - mask).sum() > 0
     # The sampled tokens carry their sampling log-probs; every masked token has 0.0 and no gradient.
-    teacher = sequence_logprobs(model, t.prompt_token_ids, t.response_token_ids).numpy()
+    teacher = sequence_logprobs(model, t.prompt_token_ids, t.response_token_ids, params.temperature).numpy()
     np.testing.assert_allclose(np.array(t.old_logprobs)[mask == 1], teacher[mask == 1], atol=2e-4)
     assert all(lp == 0.0 for lp, m in zip(t.old_logprobs, mask, strict=True) if not m)
     masked_text = tok.decode([i for i, m in zip(t.response_token_ids, mask, strict=True) if not m])

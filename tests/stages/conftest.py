@@ -46,9 +46,10 @@ def tiny_policy(tmp_path_factory: pytest.TempPathFactory, tasks: list[Task]) -> 
 def _trajectory(task: Task, answer: str, member: int, model, tokenizer) -> Trajectory:
     messages, prompt_ids = build_prompt(task, tokenizer, 768)
     ids = tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    logprobs = sequence_logprobs(model, prompt_ids, ids).tolist()
+    params = SamplingParams()
+    logprobs = sequence_logprobs(model, prompt_ids, ids, params.temperature).tolist()
     sample = Sample(token_ids=ids, logprobs=logprobs, finish_reason="stop")
-    return to_trajectory(task, messages, prompt_ids, sample, tokenizer, member, 0, SamplingParams(), "test")
+    return to_trajectory(task, messages, prompt_ids, sample, tokenizer, member, 0, params, "test")
 
 
 @pytest.fixture(scope="session")

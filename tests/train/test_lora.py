@@ -198,7 +198,13 @@ def test_hf_backend_logprobs_of_base_plus_adapter_equal_the_trainers(two_updates
     trainer_model, _ = load_trainable(adapter_dir, LORA)
     trainer_model.train()  # as in the update
     packed = pack_sequences(prompt_rows, [s.token_ids for s in samples], tokenizer.pad_token_id)
-    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len)
+    args = (
+        packed.input_ids,
+        packed.attention_mask,
+        packed.response_start,
+        packed.response_len,
+        params.temperature,
+    )
     with torch.no_grad():
         recomputed = response_logprobs(trainer_model, *args)
     for row, sample in enumerate(samples):

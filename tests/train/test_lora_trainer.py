@@ -95,10 +95,13 @@ def test_lora_run_samples_from_base_plus_adapter_and_publishes_each_update(setup
         assert row["lora/adapter_bytes"] == size
 
 
-def _assert_ratio_one(model: torch.nn.Module, rows: list[tuple[list[int], list[int], list[float]]], pad: int):
-    """The update's recomputation of sampled tokens: exp(new - old) is 1 within 1e-4 for every token."""
+def _assert_ratio_one(
+    model: torch.nn.Module, rows: list[tuple[list[int], list[int], list[float]]], pad: int, temperature: float
+):
+    """The update's recomputation of tokens sampled at ``temperature``: exp(new - old) is 1 within 1e-4
+    for every token."""
     packed = pack_sequences([p for p, _, _ in rows], [r for _, r, _ in rows], pad)
-    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len)
+    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len, temperature)
     with torch.no_grad():
         recomputed = response_logprobs(model, *args)
     for i, (_, response, old) in enumerate(rows):
@@ -163,7 +166,8 @@ def test_server_rollouts_swap_adapters_and_their_logprobs_match_the_trainer(setu
         after_swap = client.served_models()
         prompts = [t.prompt_token_ids for t in _trajectories(run, 1)[::2]]
         backend = OpenAIBackend(url, "policy-step-9", [tokenizer.eos_token_id])
-        samples = backend.generate(prompts, SamplingParams(max_new_tokens=16, seed=1), n=2)
+        params = SamplingParams(max_new_tokens=16, seed=1)
+        samples = backend.generate(prompts, params, n=2)
 
     assert [r["policy_version"] for r in rows] == ["policy", "policy-step-1", "policy-step-2"]
     assert sorted(served) == ["policy", "policy-step-1"]
@@ -178,12 +182,16 @@ def test_server_rollouts_swap_adapters_and_their_logprobs_match_the_trainer(setu
     # What the server sampled is what the update recomputes: ratio 1 within 1e-4.
     trainer_model, _ = load_trainable(run / "adapters" / "policy-step-1", LoraSettings(**LORA))
     pad = tokenizer.pad_token_id
+    [temperature] = {t.sampling.temperature for t in step1}
     _assert_ratio_one(
-        trainer_model, [(t.prompt_token_ids, t.response_token_ids, t.old_logprobs) for t in step1], pad
+        trainer_model,
+        [(t.prompt_token_ids, t.response_token_ids, t.old_logprobs) for t in step1],
+        pad,
+        temperature,
     )
     trained = load_file(str(extra / "adapter_model.safetensors"))
     assert any(k.endswith("lora_B.weight") and v.abs().max() > 0 for k, v in trained.items())
     extra_model, _ = load_trainable(extra, LoraSettings(**LORA))
     pairs = [(p, s) for p, group in zip(prompts, samples, strict=True) for s in group]
     assert {s.policy_version for _, s in pairs} == {"policy-step-9"}
-    _assert_ratio_one(extra_model, [(p, s.token_ids, s.logprobs) for p, s in pairs], pad)
+    _assert_ratio_one(extra_model, [(p, s.token_ids, s.logprobs) for p, s in pairs], pad, params.temperature)

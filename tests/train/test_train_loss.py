@@ -199,12 +199,12 @@ def _tiny_lm() -> torch.nn.Module:
 def test_token_entropy_by_hand():
     # p = (1/2, 1/4, 1/4): H = ½ ln 2 + 2 · ¼ ln 4 = 1.5 ln 2; uniform over 4: ln 4
     halves = torch.log(torch.tensor([0.5, 0.25, 0.25]))
-    assert token_entropy(halves).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)
-    assert token_entropy(halves + 7.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)  # shift-invariant
+    assert token_entropy(halves, 1.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)
+    assert token_entropy(halves + 7.0, 1.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)  # shift-invariant
     # the temperature divides the logits: 2 ln p at temperature 2 is p again
     assert token_entropy(2.0 * halves, temperature=2.0).item() == pytest.approx(1.5 * LOG(2), abs=1e-6)
     batch = torch.stack([torch.zeros(4), torch.tensor([50.0, 0.0, 0.0, 0.0])])  # (2, vocab=4)
-    got = token_entropy(batch)
+    got = token_entropy(batch, 1.0)
     assert got.shape == (2,)
     assert got[0].item() == pytest.approx(LOG(4), abs=1e-6)
     assert got[1].item() == pytest.approx(0.0, abs=1e-6)  # nearly one-hot

@@ -67,7 +67,8 @@ def test_two_rl_steps_through_the_warm_vllm_server(sft_run, vllm_server, tmp_pat
     packed = pack_sequences(
         [t.prompt_token_ids for t in step1], [t.response_token_ids for t in step1], tokenizer.pad_token_id
     )
-    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len)
+    [temperature] = {t.sampling.temperature for t in step1}
+    args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len, temperature)
     with torch.no_grad():
         recomputed = response_logprobs(model, *args)
     for i, t in enumerate(step1):

@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from gagar.cli.core import GagarGroup
+from gagar.grader.llm import GROUP_TIMEOUT_S
+from gagar.grader.llm_client import MAX_TOKENS
 from gagar.grader.run import GraderKind
 
 __all__ = ["app", "grade"]
@@ -112,8 +114,10 @@ def eval_(
     max_turns: int | None = typer.Option(
         None, min=1, help="Most tool-calling turns of the llm grader (default: grader.max_turns's)."
     ),
-    max_tokens: int = typer.Option(512, min=1, help="Most tokens of one llm grader turn."),
-    timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
+    max_tokens: int = typer.Option(MAX_TOKENS, min=1, help="Most tokens of one llm grader turn."),
+    timeout: float = typer.Option(
+        GROUP_TIMEOUT_S, min=1.0, help="Seconds the llm grader may spend on one group."
+    ),
     trajectories: Path | None = typer.Option(None, **_FILE, help="Held-out rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
@@ -168,7 +172,9 @@ def grade(
     max_turns: int | None = typer.Option(
         None, min=1, help="Most tool-calling turns of the llm grader (default: grader.max_turns's)."
     ),
-    timeout: float = typer.Option(300.0, min=1.0, help="Seconds the llm grader may spend on one group."),
+    timeout: float = typer.Option(
+        GROUP_TIMEOUT_S, min=1.0, help="Seconds the llm grader may spend on one group."
+    ),
     position_guard: float | None = typer.Option(
         None, help="Grade twice in opposite orders; tie when the Kendall distance exceeds this."
     ),

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentSettings
+from gagar.schema.trajectory import MaxNewTokens, Temperature, TopP
 from gagar.train.config import SandboxSettings, TrainConfig, read_yaml_mapping
 
 __all__ = [
@@ -98,11 +99,14 @@ class EvalSettings(_Section):
 
     samples_per_task: int = Field(default=4, ge=1)
     """Answers sampled per held-out task."""
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: Temperature
     """Sampling temperature."""
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_p: TopP
     """Nucleus sampling mass."""
-    max_new_tokens: int = Field(default=160, ge=1)
+    # An override, not a second default: the held-out answers have had a shorter budget than the
+    # rollout's MaxNewTokens since the experiment was written (84e9e32, which records no reason);
+    # configs/experiment.yaml sets 128 for both anyway.
+    max_new_tokens: MaxNewTokens = 160
     """Longest answer."""
     backend: str = "hf"
     """Generation backend: hf (in process) or vllm."""

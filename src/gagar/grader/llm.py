@@ -36,6 +36,7 @@ from gagar.sandbox.base import SandboxBackend
 
 __all__ = [
     "CONCURRENCY",
+    "GROUP_TIMEOUT_S",
     "MAX_CANDIDATES",
     "MAX_TURNS",
     "SYSTEM_PROMPT",
@@ -284,6 +285,9 @@ def user_prompt(
 MAX_TURNS = 8
 """Most tool-calling turns of one grading (``grader.max_turns``'s default)."""
 
+GROUP_TIMEOUT_S = 300.0
+"""Seconds one grading (one group, every turn) may take; the llm grader's timeout, its one default."""
+
 MAX_CANDIDATES = 8
 """Most candidates one grading shows the model (the largest groups of its transcripts); a larger
 group is ranked in chunks and merged (:mod:`gagar.grader.split`)."""
@@ -309,7 +313,7 @@ class LLMGrader:
         *,
         max_turns: int = MAX_TURNS,
         request_timeout_s: float = 60.0,
-        total_timeout_s: float = 300.0,
+        total_timeout_s: float = GROUP_TIMEOUT_S,
         tool_output_chars: int = 4000,
         backend: SandboxBackend | None = None,
         concurrency: int = 1,

@@ -16,7 +16,15 @@ from typing import Any, Literal, Protocol
 
 from gagar.grader.base import GraderFailure
 
-__all__ = ["ChatClient", "ChatModel", "render_prompt"]
+__all__ = ["GRADER_GREEDY_TEMPERATURE", "MAX_TOKENS", "ChatClient", "ChatModel", "render_prompt"]
+
+MAX_TOKENS = 512
+"""Most tokens of one grader turn (the llm grader's ``max_tokens``, its one default)."""
+
+GRADER_GREEDY_TEMPERATURE = 0.0
+"""The grader's own decoding: greedy (temperature 0 in the OpenAI API), so a group's ranking does not
+depend on sampling noise. Not the policy's sampling temperature (:data:`gagar.schema.trajectory.Temperature`),
+which samples the rollout at its default 1.0."""
 
 _ROLE_TAGS = {"system": "SYSTEM", "user": "USER", "assistant": "ASSISTANT", "tool": "TOOL"}
 
@@ -41,8 +49,9 @@ class ChatClient:
     endpoint: str
     model: str
     api: Literal["chat", "completions"] = "chat"
-    max_tokens: int = 512
-    temperature: float = 0.0
+    max_tokens: int = MAX_TOKENS
+    temperature: float = GRADER_GREEDY_TEMPERATURE
+    """The grader decodes greedily; a test may sample instead."""
 
     def _post(self, route: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         request = urllib.request.Request(

@@ -21,8 +21,8 @@ from tqdm import tqdm
 
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.llm import CONCURRENCY, MAX_CANDIDATES, MAX_TURNS, LLMGrader
-from gagar.grader.llm_client import ChatClient
+from gagar.grader.llm import CONCURRENCY, GROUP_TIMEOUT_S, MAX_CANDIDATES, MAX_TURNS, LLMGrader
+from gagar.grader.llm_client import MAX_TOKENS, ChatClient
 from gagar.grader.workspace import CandidateInput, build_group_workspace
 from gagar.schema.grade import Grade, tie_grade
 from gagar.schema.result import TestResult
@@ -70,8 +70,8 @@ def make_grader(
     model: str | None = None,
     api: Literal["chat", "completions"] = "chat",
     max_turns: int | None = None,
-    timeout_s: float = 300.0,
-    max_tokens: int = 512,
+    timeout_s: float = GROUP_TIMEOUT_S,
+    max_tokens: int = MAX_TOKENS,
     concurrency: int = CONCURRENCY,
     max_candidates: int = MAX_CANDIDATES,
 ) -> Grader:

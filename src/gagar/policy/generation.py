@@ -45,9 +45,10 @@ class GenerationBackend(Protocol):
 
 
 def sequence_logprobs(
-    model: torch.nn.Module, prompt_ids: list[int], response_ids: list[int], temperature: float = 1.0
+    model: torch.nn.Module, prompt_ids: list[int], response_ids: list[int], temperature: float
 ) -> torch.Tensor:
-    """Teacher-forced ``log softmax(logits / T)`` of each response token, shape ``(len(response_ids),)``."""
+    """Teacher-forced ``log softmax(logits / T)`` of each response token, shape ``(len(response_ids),)``,
+    at ``temperature`` T, the one the response was sampled at (``SamplingParams.temperature``)."""
     ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=model.device)
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()

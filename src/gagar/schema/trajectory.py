@@ -12,13 +12,25 @@ the PPO ratio ``exp(log π_θ − old_logprobs)`` is exactly 1 for an unchanged 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gagar.records import Record
 
-__all__ = ["Message", "SamplingParams", "Trajectory"]
+__all__ = ["MaxNewTokens", "Message", "SamplingParams", "Temperature", "TopP", "Trajectory"]
+
+# The sampling knobs, each with its bounds and its one default. Every settings model that offers a knob
+# (SamplingParams here, ``rollout.*`` of the training config, the experiment's ``evaluation.*``) types its
+# field with these and declares no default of its own; one that needs another value overrides it
+# explicitly, saying why.
+
+Temperature = Annotated[float, Field(default=1.0, gt=0.0)]
+"""Softmax temperature of sampling; 1.0 samples (and takes log-probs) from the policy's own distribution."""
+TopP = Annotated[float, Field(default=1.0, gt=0.0, le=1.0)]
+"""Nucleus sampling mass; 1.0 samples from the full distribution."""
+MaxNewTokens = Annotated[int, Field(default=256, ge=1)]
+"""Most tokens one answer (or one turn of a multi-turn agent) may have."""
 
 
 class Message(BaseModel):
@@ -35,11 +47,11 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float = Field(default=1.0, gt=0.0)
+    temperature: Temperature
     """Softmax temperature; log-probs are taken at this temperature (see module docstring)."""
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_p: TopP
     """Nucleus sampling mass; 1.0 samples from the full distribution."""
-    max_new_tokens: int = Field(default=256, ge=1)
+    max_new_tokens: MaxNewTokens
     """Most tokens one answer (or one turn) may have."""
     seed: int | None = None
     """Seed of the sampler; None leaves the generator's state as it is."""

@@ -23,6 +23,7 @@ from gagar.grader.llm import MAX_TURNS
 from gagar.grader.run import GraderKind
 from gagar.policy.agent import AgentSettings
 from gagar.sandbox.runner import BackendName
+from gagar.schema.trajectory import MaxNewTokens, Temperature, TopP
 from gagar.train.settings import DistributedSettings, LoraSettings, OptimConfig
 
 __all__ = [
@@ -75,11 +76,11 @@ class RolloutSettings(_Section):
     """Tasks sampled per generation batch."""
     max_gen_batches: int = Field(default=3, ge=1)
     """Generation batches one step may use before it trains on what it has."""
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: Temperature
     """Sampling temperature (the log-probs are taken at it)."""
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_p: TopP
     """Nucleus sampling mass."""
-    max_new_tokens: int = Field(default=256, ge=1)
+    max_new_tokens: MaxNewTokens
     """Longest answer."""
     backend: RolloutBackend = RolloutBackend.HF
     """Generation backend: hf (in process), vllm (GPU, in process), openai (a server) or server

@@ -51,13 +51,15 @@ __all__ = [
 # Log-probs
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
     """``log softmax(logits / temperature)[token]`` in float32.
 
     Args:
         logits: ``(..., vocab)``.
         tokens: ``(...)`` token ids, same leading shape as ``logits``.
-        temperature: the sampling temperature the old log-probs were taken at.
+        temperature: the sampling temperature the old log-probs were taken at (the trajectories'
+            ``sampling.temperature``); no default here: the knob's one default is
+            :data:`gagar.schema.trajectory.Temperature`.
 
     Returns:
         ``(...)`` log-probabilities.
@@ -112,7 +114,7 @@ def pad_rows(rows: Sequence[Sequence[float]], width: int, value: float, dtype: t
     return out
 
 
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """Entropy in nats of ``softmax(logits / temperature)``, in float32, without gradient.
 
     ``H = −Σ_v p_v log p_v = logsumexp(z) − Σ_v p_v z_v`` with ``z = logits / temperature``: the spread of
@@ -121,6 +123,7 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
 
     Args:
         logits: ``(..., vocab)``.
+        temperature: the sampling temperature (as :func:`token_logprobs`).
 
     Returns:
         ``(...)`` entropies.
@@ -186,7 +189,7 @@ def response_logprobs(
     attention_mask: torch.Tensor,
     response_start: torch.Tensor,
     response_len: int,
-    temperature: float = 1.0,
+    temperature: float,
 ) -> torch.Tensor:
     """Per-response-token log-probs of a Hugging Face causal LM, in one forward pass.
 
@@ -199,7 +202,7 @@ def response_logprobs(
         attention_mask: ``(batch, seq_len)``.
         response_start: ``(batch,)`` index of each row's first response token, at least 1.
         response_len: width of the result.
-        temperature: the sampling temperature.
+        temperature: the sampling temperature (as :func:`token_logprobs`).
 
     Returns:
         ``(batch, response_len)`` log-probs; 0.0 past the end of a row (mask those positions out).
@@ -215,7 +218,7 @@ def response_logprobs_and_entropy(
     attention_mask: torch.Tensor,
     response_start: torch.Tensor,
     response_len: int,
-    temperature: float = 1.0,
+    temperature: float,
     *,
     entropy: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
