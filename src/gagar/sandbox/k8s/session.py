@@ -49,8 +49,8 @@ from gagar.sandbox.k8s.objects import (
     pod_spec,
     run_labels,
 )
-from gagar.sandbox.session import EDITOR, SessionError, ShellSession
 from gagar.sandbox.session_pod import REPO, STATE, TOOLS
+from gagar.sandbox.shell_session import EDITOR, SessionError, ShellSession
 from gagar.schema.task import Task
 
 __all__ = ["KubernetesSession", "build_session_objects"]
