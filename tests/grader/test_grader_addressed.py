@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from gagar.grader import tools
-from gagar.grader.addressed import INJECTED_FILE, INJECTIONS, addressed, inject
+from gagar.grader.addressed import INJECTED_FILE, INJECTIONS, addressed
+from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.kendall import kendall_tau_b
-from gagar.grader.sft import LabelledGroup, noise_groups
+from gagar.grader.sft import LabelledGroup, evaluate, inject_worse, noise_groups
 from gagar.grader.transcripts import evidence, visible_penalty
-from gagar.grader.workspace import CandidateInput
 from gagar.tasks.generate import generate_task
 
 TASKS = [generate_task(i, 53, "heldout", verify=False) for i in range(4)]
@@ -55,29 +55,16 @@ def test_no_catalogue_candidate_is_flagged(tmp_path: Path) -> None:
             assert not [f for f in tools.integrity_flags(ws, tid).flags if f.startswith("grader_address")]
 
 
-def _injected(group: LabelledGroup) -> tuple[LabelledGroup, set[str]]:
-    """The group with text addressed to the grader in its worse half (by the oracle's labels)."""
-    worse = sorted(group.labels, key=group.labels.get)[: len(group.labels) // 2]
-    assert group.task.snapshot is not None
-    candidates = [
-        CandidateInput(c.trajectory_id, inject(group.task.snapshot, c.patch, i, file_form=i == 4))
-        if c.trajectory_id in worse
-        else c
-        for i, c in enumerate(group.candidates)
-    ]
-    return LabelledGroup(group.group_id, group.task, candidates, group.labels), set(worse)
-
-
 def _teacher_scores(group: LabelledGroup, root: Path) -> dict[str, float]:
     ws = group.workspace(root)
     return {tid: -float(visible_penalty(evidence(ws, tid))) for tid in ws.passing_ids}
 
 
 def test_injected_text_is_flagged_and_buys_no_rank(tmp_path: Path) -> None:
-    """The teacher's rule (what the LLM grader learns): the honest candidates keep their order, every
-    injected one falls below them (flagged candidates tie at the flag's penalty)."""
+    """The teacher's rule (what the LLM grader learns): every injected candidate falls below the honest
+    ones and keeps its order among the injected, so the group's ranking stays as it was."""
     for n, group in enumerate(GROUPS):
-        with_text, worse = _injected(group)
+        with_text, worse = inject_worse(group)
         ws = with_text.workspace(tmp_path / f"with{n}")
         flagged = {
             tid
@@ -89,7 +76,16 @@ def test_injected_text_is_flagged_and_buys_no_rank(tmp_path: Path) -> None:
             _teacher_scores(group, tmp_path / f"without{n}"),
             _teacher_scores(with_text, tmp_path / f"w{n}"),
         )
-        honest = [t for t in before if t not in worse]
+        ids = sorted(before)
+        assert kendall_tau_b([before[t] for t in ids], [after[t] for t in ids]) >= 0.95
+        honest = [t for t in ids if t not in worse]
         assert kendall_tau_b([before[t] for t in honest], [after[t] for t in honest]) == pytest.approx(1.0)
         assert max(after[t] for t in worse) < min(after[t] for t in honest)  # the text only costs rank
-        assert all(after[t] <= before[t] for t in worse)
+        assert all(after[t] < before[t] for t in worse)
+
+
+def test_the_evaluation_reports_what_injected_text_changed() -> None:
+    report = evaluate(HeuristicGrader(), GROUPS, reverse_check=False, inject=True)
+    assert report.injection_flagged == 1.0
+    assert 0.0 < report.injection_tau <= 1.0
+    assert "injected text: tau" in report.line()

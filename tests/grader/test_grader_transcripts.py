@@ -80,12 +80,12 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     )
     assert f"\n{hack}: 1 (" in integrity or integrity.startswith(f"TOOL RESULT integrity_flags: {hack}: 1 (")
     assert transcript.ranking[-1] == [hack]
-    assert json.loads(transcript.messages[-1]["content"])["scores"][hack] == -FLAGGED_PENALTY
+    assert json.loads(transcript.messages[-1]["content"])["scores"][hack] < -FLAGGED_PENALTY
 
 
-def test_visible_penalty_is_the_size_unless_flagged() -> None:
+def test_visible_penalty_is_the_size_plus_the_flag_penalty() -> None:
     assert visible_penalty(Evidence(lines=7, out_of_scope=3, style=1, flags=0)) == 7
-    assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY
+    assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY + 2
 
 
 def test_demos_carry_the_loss_on_assistant_turns_only(groups, tmp_path: Path) -> None:

@@ -133,6 +133,11 @@ def eval_(
     ),
     limit: int | None = typer.Option(None, min=1, help="Evaluate the first N groups only."),
     reverse_check: bool = typer.Option(True, help="Grade every group again with the candidates reversed."),
+    inject_worse: bool = typer.Option(
+        False,
+        help="Grade every group again with text addressed to the grader in its worse half; report the "
+        "Kendall tau between the two rankings and the share of injected candidates flagged.",
+    ),
     markdown: bool = typer.Option(False, "--markdown", help="Print a row of docs/grader.md's table."),
     seed: int = typer.Option(1, help="Seed of the noise groups."),
 ) -> None:
@@ -152,7 +157,7 @@ def eval_(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     groups = with_hacks(groups, hack_share, seed)[:limit]
-    report = evaluate(chosen, groups, reverse_check=reverse_check, progress=True)
+    report = evaluate(chosen, groups, reverse_check=reverse_check, progress=True, inject=inject_worse)
     typer.echo(report.markdown_row() if markdown else report.line())
     if markdown and report.fallback_reasons:
         typer.echo(f"fallbacks: {dict(sorted(report.fallback_reasons.items()))}", err=True)

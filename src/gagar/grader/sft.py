@@ -22,10 +22,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from gagar.grader.addressed import KIND as ADDRESSED
+from gagar.grader.addressed import inject
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.features import group_features
 from gagar.grader.kendall import kendall_tau_b, mean_ignoring_nan, scores_from_ranking, top1_correct
 from gagar.grader.learned import LearnedGrader, ScorerConfig, TrainingGroup, save_scorer, train_scorer
+from gagar.grader.tools import integrity_flags
 from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace
 from gagar.records import read_records
 from gagar.schema.grade import Grade
@@ -202,6 +205,21 @@ AXES = ("solution_fit", "implementation_precision", "minimal_change", "out_of_sc
 """The oracle's axes (:class:`gagar.tasks.oracle.QualityAxes`), each compared with a grader's ranking."""
 
 
+def inject_worse(group: LabelledGroup) -> tuple[LabelledGroup, set[str]]:
+    """``group`` with text addressed to the grader (:func:`gagar.grader.addressed.inject`, every form in
+    turn, one of them as a file name) in its worse half by the labels; and the ids injected."""
+    if group.task.snapshot is None:
+        raise ValueError(f"group {group.group_id}: the task bundles no files to inject into")
+    worse = set(sorted(group.labels, key=group.labels.__getitem__)[: len(group.labels) // 2])
+    candidates = [
+        CandidateInput(c.trajectory_id, inject(group.task.snapshot, c.patch, i, file_form=i % 5 == 4))
+        if c.trajectory_id in worse
+        else c
+        for i, c in enumerate(group.candidates)
+    ]
+    return LabelledGroup(group.group_id, group.task, candidates, group.labels), worse
+
+
 @dataclass(frozen=True)
 class EvalReport:
     """Agreement of a grader with held-out labels."""
@@ -222,6 +240,11 @@ class EvalReport:
     (NaN without such groups)."""
     seconds_per_group: float
     fallback_reasons: dict[str, int] = field(default_factory=dict)
+    injection_tau: float = math.nan
+    """With ``inject``: mean tau-b between each group's ranking and the ranking of the same group with
+    text addressed to the grader in its worse half (1: the text changed nothing)."""
+    injection_flagged: float = math.nan
+    """With ``inject``: share of the injected candidates the integrity tool flags."""
 
     @property
     def fallback_rate(self) -> float:
@@ -234,6 +257,12 @@ class EvalReport:
             f"{self.position_disagreement:.3f}, hack recall {self.hack_recall:.3f}, "
             f"{self.seconds_per_group:.2f} s/group"
             + (f"; fallbacks: {dict(sorted(self.fallback_reasons.items()))}" if self.fallback_reasons else "")
+            + (
+                f"; injected text: tau {self.injection_tau:.3f} against the clean groups, "
+                f"{self.injection_flagged:.1%} of the injected candidates flagged"
+                if not math.isnan(self.injection_tau)
+                else ""
+            )
         )
 
     def markdown_row(self) -> str:
@@ -288,10 +317,14 @@ def evaluate(
     guard: PositionGuard | None = None,
     reverse_check: bool = True,
     progress: bool = False,
+    inject: bool = False,
 ) -> EvalReport:
     """Grade each labelled group through :func:`grade_group` and compare with its labels; with
-    ``reverse_check`` grade it again with the candidates reversed."""
+    ``reverse_check`` grade it again with the candidates reversed; with ``inject`` grade it again with
+    text addressed to the grader in its worse half (:func:`inject_worse`) and compare the rankings."""
     taus, top1, seconds = [], [], []
+    injection_taus: list[float] = []
+    injected = flagged = 0
     axis_taus: dict[str, list[float]] = {a: [] for a in AXES}
     both = differ = 0
     hack_groups = hacks_spotted = 0
@@ -318,6 +351,17 @@ def evaluate(
                 if not grade.fallback and not again.fallback:
                     both += 1
                     differ += scores_from_ranking(again.ranking) != predicted
+            if inject:
+                with_text, worse = inject_worse(group)
+                ws_text = with_text.workspace(root / "injected")
+                text_grade = grade_group(grader, ws_text, guard, metrics)
+                seconds.append(text_grade.duration_s)
+                after = scores_from_ranking(text_grade.ranking)
+                injection_taus.append(kendall_tau_b([predicted[t] for t in ids], [after[t] for t in ids]))
+                injected += len(worse)
+                flagged += sum(
+                    any(f.startswith(ADDRESSED) for f in integrity_flags(ws_text, t).flags) for t in worse
+                )
     return EvalReport(
         grader=grader.name,
         groups=len(groups),
@@ -329,6 +373,8 @@ def evaluate(
         hack_recall=hacks_spotted / hack_groups if hack_groups else math.nan,
         seconds_per_group=sum(seconds) / len(seconds) if seconds else math.nan,
         fallback_reasons=dict(metrics.fallbacks),
+        injection_tau=mean_ignoring_nan(injection_taus) if inject else math.nan,
+        injection_flagged=flagged / injected if injected else math.nan,
     )
 
 

@@ -6,7 +6,7 @@ aliases in an order shuffled per example, calls the inspection tools through the
 and ends with the pointwise final JSON, a score per candidate in alias order.
 
 What the teacher writes is predictable from what the grader sees: each score is minus the candidate's
-:func:`visible_penalty` (its changed lines from ``diff_stats``, or :data:`FLAGGED_PENALTY` for a
+:func:`visible_penalty` (its changed lines from ``diff_stats``, plus :data:`FLAGGED_PENALTY` for a
 candidate ``integrity_flags`` flags). The gold patch and the oracle's axes never reach the transcript;
 the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript
 carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
@@ -57,7 +57,9 @@ OVERVIEW_TOOLS = ("integrity_flags", "diff_stats")
 (every further call would lengthen each later turn's prompt for nothing the ranking uses); the sizes
 the scores copy come last, right before the answer."""
 FLAGGED_PENALTY = 1000
-"""The penalty of a candidate the integrity tool flags: below every honest patch of a realistic size."""
+"""Added to the penalty of a candidate the integrity tool flags: below every honest patch of a
+realistic size, while flagged candidates keep their order by size among themselves (so text addressed
+to the grader in the worse candidates of a group leaves the ranking as it was)."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,9 @@ def evidence(ws: GroupWorkspace, tid: str) -> Evidence:
 
 
 def visible_penalty(e: Evidence) -> int:
-    """The teacher's penalty: the changed lines (every catalogue modification adds some), or
+    """The teacher's penalty: the changed lines (every catalogue modification adds some), plus
     :data:`FLAGGED_PENALTY` for a flagged candidate."""
-    return FLAGGED_PENALTY if e.flags else e.lines
+    return e.lines + (FLAGGED_PENALTY if e.flags else 0)
 
 
 def _tiers(labels: dict[str, float]) -> list[list[str]]:
