@@ -9,7 +9,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["kendall_distance", "kendall_tau_b", "mean_ignoring_nan", "scores_from_ranking", "top1_correct"]
+__all__ = [
+    "kendall_distance",
+    "kendall_tau_b",
+    "mean_ignoring_nan",
+    "mean_interval",
+    "scores_from_ranking",
+    "top1_correct",
+]
 
 
 def _sign(x: float) -> int:
@@ -79,3 +86,19 @@ def mean_ignoring_nan(values: Sequence[float]) -> float:
     """Mean of the finite values; NaN when there is none."""
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else math.nan
+
+
+def mean_interval(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of the mean of ``values`` (NaN left out), resampling them with
+    replacement ``resamples`` times; (NaN, NaN) with no value."""
+    import numpy as np
+
+    kept = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+    if kept.size == 0:
+        return math.nan, math.nan
+    means = np.random.default_rng(seed).choice(kept, size=(resamples, kept.size)).mean(axis=1)
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(low), float(high)

@@ -26,7 +26,13 @@ from gagar.grader.addressed import KIND as ADDRESSED
 from gagar.grader.addressed import inject
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.features import group_features
-from gagar.grader.kendall import kendall_tau_b, mean_ignoring_nan, scores_from_ranking, top1_correct
+from gagar.grader.kendall import (
+    kendall_tau_b,
+    mean_ignoring_nan,
+    mean_interval,
+    scores_from_ranking,
+    top1_correct,
+)
 from gagar.grader.learned import LearnedGrader, ScorerConfig, TrainingGroup, save_scorer, train_scorer
 from gagar.grader.tools import integrity_flags
 from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace
@@ -228,6 +234,8 @@ class EvalReport:
     groups: int
     kendall_tau: float
     """Mean tau-b over the groups whose labels are not all tied."""
+    kendall_tau_interval: tuple[float, float]
+    """95% bootstrap interval of ``kendall_tau`` over the groups."""
     top1_accuracy: float
     """Share of groups where every candidate the grader ranks first is among the labels' best."""
     fallbacks: int
@@ -252,7 +260,9 @@ class EvalReport:
 
     def line(self) -> str:
         return (
-            f"{self.grader}: Kendall tau {self.kendall_tau:.3f}, top-1 {self.top1_accuracy:.3f} "
+            f"{self.grader}: Kendall tau {self.kendall_tau:.3f} "
+            f"[{self.kendall_tau_interval[0]:.3f}, {self.kendall_tau_interval[1]:.3f}], "
+            f"top-1 {self.top1_accuracy:.3f} "
             f"on {self.groups} groups ({self.fallbacks} fallbacks), position disagreement "
             f"{self.position_disagreement:.3f}, hack recall {self.hack_recall:.3f}, "
             f"{self.seconds_per_group:.2f} s/group"
@@ -269,7 +279,8 @@ class EvalReport:
         """One row of docs/grader.md's table: grader, tau, top-1, each axis, fallbacks, position, hacks, s."""
         axes = " | ".join(f"{self.axis_agreement.get(a, math.nan):.2f}" for a in AXES)
         return (
-            f"| {self.grader} | {self.kendall_tau:.3f} | {self.top1_accuracy:.3f} | {axes} | "
+            f"| {self.grader} | {self.kendall_tau:.3f} [{self.kendall_tau_interval[0]:.2f}, "
+            f"{self.kendall_tau_interval[1]:.2f}] | {self.top1_accuracy:.3f} | {axes} | "
             f"{self.fallback_rate:.1%} | {self.position_disagreement:.1%} | {self.hack_recall:.2f} | "
             f"{self.seconds_per_group:.2f} |"
         )
@@ -366,6 +377,7 @@ def evaluate(
         grader=grader.name,
         groups=len(groups),
         kendall_tau=mean_ignoring_nan(taus),
+        kendall_tau_interval=mean_interval(taus),
         top1_accuracy=sum(top1) / len(top1) if top1 else math.nan,
         fallbacks=sum(metrics.fallbacks.values()),
         axis_agreement={a: mean_ignoring_nan(v) for a, v in axis_taus.items()},
