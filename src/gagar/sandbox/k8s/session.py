@@ -38,6 +38,7 @@ from kubernetes.stream import stream
 from websocket import ABNF
 
 from gagar.sandbox.k8s.backend import KubernetesBackend
+from gagar.sandbox.k8s.config import KubernetesSandboxConfig
 from gagar.sandbox.k8s.objects import (
     _RUNNER_SOURCE,
     _SHIPPED_SOURCES,
@@ -103,14 +104,13 @@ def _exec_api(configuration: client.Configuration) -> client.CoreV1Api:
 
 
 def build_session_objects(
-    backend: KubernetesBackend, task: Task, session_id: str
+    config: KubernetesSandboxConfig, task: Task, session_id: str
 ) -> tuple[client.V1NetworkPolicy, client.V1ConfigMap, client.V1Pod]:
     """The NetworkPolicy, ConfigMap and Pod of one session (module docstring).
 
     Raises:
         SessionError: the task's inputs do not fit one ConfigMap, or no image is named.
     """
-    config = backend.config
     name = f"gagar-ses-{session_id}"
     uid = config.run_as_user + 1 + int(session_id, 16) % SESSION_UIDS
     labels = run_labels(config, session_id)
@@ -212,7 +212,7 @@ class KubernetesSession(ShellSession):
     # -- objects -----------------------------------------------------------------------------------
 
     def _create_and_start(self) -> None:
-        policy, configmap, pod = build_session_objects(self.backend, self.task, self.session_id)
+        policy, configmap, pod = build_session_objects(self.config, self.task, self.session_id)
         b, core = self.backend, self.backend.core
         try:
             self._created = True
