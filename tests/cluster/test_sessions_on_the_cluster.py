@@ -135,10 +135,14 @@ def test_a_killed_rollout_leaves_no_running_session(backend: KubernetesBackend, 
             """
         )
     )
-    hold = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=os.environ)
+    errors = tmp_path / "hold.err"
+    with errors.open("w") as err:
+        hold = subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=err, text=True, env=os.environ
+        )
     assert hold.stdout is not None
     names = hold.stdout.readline().split()
-    assert len(names) == 2, "the sessions did not start"
+    assert len(names) == 2, f"the sessions did not start: {errors.read_text()[-2000:]}"
     os.kill(hold.pid, signal.SIGKILL)
     hold.wait()
     killed = time.monotonic()

@@ -10,14 +10,15 @@ limits it reuses) and the forkserver worker (``gagar_forkserver.py``). Modes::
     shell INPUT   one persistent shell: fresh user, mount, PID, IPC, network and UTS namespaces where
                   the pod may make them (else a session of its own and a seccomp filter refusing
                   every socket but Unix ones, :func:`deny_network`), the
-                  judge's limits, then bash reading commands from stdin; when bash ends, everything
-                  it left is killed
+                  judge's limits, then bash reading the commands the stream's stdin brings; when bash
+                  ends, or that stdin does (the client closed the stream or died), everything the
+                  shell started is killed
     stop          kill every process of the session but PID 1 and wait until they are reaped
     tree MAX      the working tree's text files (:func:`read_tree`) as JSON on stdout
 
-A rollout killed with ``kill -9`` closes its exec streams with it: each shell reads the end of its
-stdin and ends, and PID 1 ends the pod IDLE_S later; the pod's ``activeDeadlineSeconds`` bounds
-whatever a command left running in the background.
+A rollout killed with ``kill -9`` closes its exec streams with it: each shell's relay reads the end of
+its stdin and kills the shell, even in the middle of a command, with everything it started, and PID 1
+ends the pod IDLE_S later. The pod's ``activeDeadlineSeconds`` bounds the rest.
 """
 
 import contextlib
@@ -26,6 +27,7 @@ import os
 import signal
 import stat
 import sys
+import threading
 import time
 
 REPO, STATE, TOOLS = "/sandbox/repo", "/sandbox/state", "/sandbox/tools"
@@ -182,13 +184,19 @@ def shell(input_dir):
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     if not isolation.startswith("namespaces"):  # no network namespace of its own
         isolation += "; " + deny_network()
+    commands, feed = os.pipe()
     bash = os.fork()
     if bash == 0:
+        os.close(feed)
+        os.dup2(commands, 0)
+        os.close(commands)
         os.dup2(1, 2)
         os.chdir(REPO)
         path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")  # the image's, its environment first
         env = {**SHELL_ENV, "PATH": path, "GAGAR_ISOLATION": isolation}
         os.execve("/bin/bash", ["bash", "--noprofile", "--norc"], env)
+    os.close(commands)
+    threading.Thread(target=_relay, args=(feed, bash), daemon=True).start()
     status = 0
     while True:
         try:
@@ -200,6 +208,16 @@ def shell(input_dir):
     with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)  # what the shell left (in its namespaces, or of this uid)
     return os.waitstatus_to_exitcode(status) if status else 0
+
+
+def _relay(feed, bash):
+    """Pass the exec stream's stdin to bash; at its end (the client closed the stream, or died) kill
+    bash, whatever it is running: bash itself reads its stdin only between commands."""
+    with contextlib.suppress(OSError):
+        while data := os.read(0, 1 << 16):
+            os.write(feed, data)
+    with contextlib.suppress(OSError):
+        os.kill(bash, signal.SIGKILL)
 
 
 def stop():
