@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from gagar.sandbox.limits import SandboxLimits
+from gagar.sandbox.session_pod import SHELL_ENV
 
 __all__ = [
     "SANDBOX_JUDGE",
@@ -259,13 +260,4 @@ def sandbox_env(python: str | None = None) -> dict[str, str]:
     path = "/sandbox/bin:/usr/local/bin:/usr/bin:/bin"
     if python is not None and (venv := venv_of(python)) is not None:
         path = f"{venv / 'bin'}:{path}"
-    return {
-        "PATH": path,
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        "USER": "sandbox",
-        "LOGNAME": "sandbox",
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-    }
+    return {"PATH": path, **SHELL_ENV}

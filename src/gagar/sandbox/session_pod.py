@@ -45,7 +45,10 @@ SHELL_ENV = {
     "LOGNAME": "sandbox",
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
 }
+"""The environment of every sandboxed command but PATH, local (:func:`gagar.sandbox.isolation.sandbox_env`)
+and in a session pod."""
 
 
 def read_tree(root, max_file_bytes):
