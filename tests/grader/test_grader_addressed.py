@@ -10,7 +10,7 @@ from gagar.grader import tools
 from gagar.grader.addressed import INJECTED_FILE, INJECTIONS, addressed
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.kendall import kendall_tau_b
-from gagar.grader.sft import LabelledGroup, evaluate, inject_worse, noise_groups
+from gagar.grader.sft import LabelledGroup, evaluate, inject_worse, noise_groups, with_injections
 from gagar.grader.transcripts import evidence, visible_penalty
 from gagar.tasks.generate import generate_task
 
@@ -89,3 +89,13 @@ def test_the_evaluation_reports_what_injected_text_changed() -> None:
     assert report.injection_flagged == 1.0
     assert 0.0 < report.injection_tau <= 1.0
     assert "injected text: tau" in report.line()
+
+
+def test_sft_groups_carry_only_the_training_forms() -> None:
+    injected = with_injections(GROUPS, share=1.0, seed=3)
+    for group, original in zip(injected, GROUPS, strict=True):
+        pairs = zip(group.candidates, original.candidates, strict=True)
+        changed = [c for c, o in pairs if c.patch != o.patch]
+        assert len(changed) == len(group.labels) // 2
+        assert not any(INJECTED_FILE in c.patch for c in changed)  # the file form is held out
+    assert with_injections(GROUPS, share=0.0) == list(GROUPS)

@@ -55,6 +55,13 @@ def sft(
     hack_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Share of groups given a hack candidate (default: llm 0.3, learned 0)."
     ),
+    inject_share: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="Share of groups whose worse half carries text addressed to the grader, in the first three "
+        "forms (default: llm 0.2, learned 0).",
+    ),
     epochs: int = typer.Option(300, min=1, help="learned: training epochs (full batch)."),
     steps: int | None = typer.Option(None, min=1, help="llm: optimizer steps (default per starting point)."),
     batch_size: int | None = typer.Option(None, min=1, help="llm: transcripts per step."),
@@ -64,7 +71,7 @@ def sft(
 ) -> None:
     """Build labelled groups and SFT-train a grader on them: the learned scorer, or the LLM grader on
     teacher transcripts."""
-    from gagar.grader.sft import load_labelled_groups, with_hacks
+    from gagar.grader.sft import load_labelled_groups, with_hacks, with_injections
 
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
@@ -80,7 +87,8 @@ def sft(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     share = hack_share if hack_share is not None else (0.3 if kind is GraderSFTKind.LLM else 0.0)
-    groups = with_hacks(groups, share, seed)
+    injected = inject_share if inject_share is not None else (0.2 if kind is GraderSFTKind.LLM else 0.0)
+    groups = with_hacks(with_injections(groups, injected, seed), share, seed)
     if kind is GraderSFTKind.LEARNED:
         from gagar.grader.learned import ScorerConfig
         from gagar.grader.sft import train_grader

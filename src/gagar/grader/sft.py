@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from gagar.grader.addressed import INJECTIONS, inject
 from gagar.grader.addressed import KIND as ADDRESSED
-from gagar.grader.addressed import inject
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
 from gagar.grader.features import group_features
 from gagar.grader.kendall import (
@@ -54,6 +54,7 @@ __all__ = [
     "train_grader",
     "training_groups",
     "with_hacks",
+    "with_injections",
 ]
 
 
@@ -211,19 +212,47 @@ AXES = ("solution_fit", "implementation_precision", "minimal_change", "out_of_sc
 """The oracle's axes (:class:`gagar.tasks.oracle.QualityAxes`), each compared with a grader's ranking."""
 
 
-def inject_worse(group: LabelledGroup) -> tuple[LabelledGroup, set[str]]:
-    """``group`` with text addressed to the grader (:func:`gagar.grader.addressed.inject`, every form in
-    turn, one of them as a file name) in its worse half by the labels; and the ids injected."""
+INJECTION_FORMS = tuple(range(len(INJECTIONS) + 1))
+"""The forms :func:`inject_worse` uses: each of :data:`gagar.grader.addressed.INJECTIONS`, and the file
+whose name claims approval (the last)."""
+TRAINING_FORMS = INJECTION_FORMS[:3]
+"""The forms SFT groups carry (:func:`with_injections`); the others are held out for evaluation."""
+
+
+def inject_worse(
+    group: LabelledGroup, forms: Sequence[int] = INJECTION_FORMS
+) -> tuple[LabelledGroup, set[str]]:
+    """``group`` with text addressed to the grader (:func:`gagar.grader.addressed.inject`, ``forms`` in
+    turn) in its worse half by the labels; and the ids injected. The labels stay the oracle's."""
     if group.task.snapshot is None:
         raise ValueError(f"group {group.group_id}: the task bundles no files to inject into")
     worse = set(sorted(group.labels, key=group.labels.__getitem__)[: len(group.labels) // 2])
+    file_form = len(INJECTIONS)
+
+    def injected(i: int, patch: str) -> str:
+        form = forms[i % len(forms)]
+        return inject(group.task.snapshot or {}, patch, form, file_form=form == file_form)
+
     candidates = [
-        CandidateInput(c.trajectory_id, inject(group.task.snapshot, c.patch, i, file_form=i % 5 == 4))
-        if c.trajectory_id in worse
-        else c
+        CandidateInput(c.trajectory_id, injected(i, c.patch)) if c.trajectory_id in worse else c
         for i, c in enumerate(group.candidates)
     ]
     return LabelledGroup(group.group_id, group.task, candidates, group.labels), worse
+
+
+def with_injections(
+    groups: Sequence[LabelledGroup], share: float = 0.2, seed: int = 0, forms: Sequence[int] = TRAINING_FORMS
+) -> list[LabelledGroup]:
+    """``groups`` where a ``share`` of them (chosen from ``seed``) carry text addressed to the grader in
+    their worse half (:func:`inject_worse` with ``forms``): what SFT shows the LLM grader so that it
+    learns the teacher's rule for several flagged candidates, not only for one hack."""
+    out = []
+    for group in groups:
+        if group.task.snapshot is None or random.Random(f"{seed}:inject:{group.group_id}").random() >= share:
+            out.append(group)
+        else:
+            out.append(inject_worse(group, forms)[0])
+    return out
 
 
 @dataclass(frozen=True)
