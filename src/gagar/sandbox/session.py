@@ -20,6 +20,10 @@ A session's processes die with the process that started them, ``kill -9`` includ
 ``--die-with-parent`` kills the sandbox when its parent (the rollout) dies, and the kernel drops the
 uid lease with it. The workspace folder is named after its creator's pid and removed by
 :func:`gagar.sandbox.workspace.sweep_orphans` once that pid is gone.
+
+On Kubernetes a session is a pod of its own (:mod:`gagar.sandbox.k8s.session`); both kinds share the
+commands, markers, timeouts and restarts of :class:`gagar.sandbox.shell_session.ShellSession`, and
+:func:`open_session` picks one for the sandbox backend.
 """
 
 from __future__ import annotations
