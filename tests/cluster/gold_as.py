@@ -8,9 +8,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes import config as kube_config
 
-GOLD = (
-    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
-)
+from fixtures.calc import GOLD, calc_task
 
 
 def api_as(user: str) -> client.ApiClient:
@@ -28,20 +26,9 @@ def evaluate_gold_as(user: str, sandbox_namespace: str, sandbox_image: str) -> t
     that user's core API (to check what else it may do)."""
     from gagar.sandbox.base import Prediction
     from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
-    from gagar.schema.task import Task
 
     api = api_as(user)
-    task = Task(
-        instance_id="demo__calc-1",
-        repo="demo/calc",
-        snapshot={
-            "calc.py": "def add(a, b):\n    return a - b\n",
-            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-        },
-        problem_statement="add subtracts",
-        patch=GOLD,
-        FAIL_TO_PASS=["tests/test_calc.py::test_add"],
-    )
+    task = calc_task()
     config = KubernetesSandboxConfig(namespace=sandbox_namespace, image=sandbox_image)
     backend = KubernetesBackend(config, client.CoreV1Api(api), client.NetworkingV1Api(api))
     (result,) = backend.evaluate(

@@ -9,6 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from fixtures.calc import GOLD, calc_task
 from gagar.sandbox.base import Prediction
 from gagar.sandbox.k8s import (
     KubernetesSandboxConfig,
@@ -25,23 +26,10 @@ from gagar.sandbox.k8s.objects import code_configmap_name, pod_deadline_s
 from gagar.schema.task import Task
 
 K8S_VERSION = "1.30.0"
-GOLD = (
-    "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
-)
 
 
 def bundled_task() -> Task:
-    return Task(
-        instance_id="demo__calc-1",
-        repo="demo/calc",
-        snapshot={
-            "calc.py": "def add(a, b):\n    return a - b\n",
-            "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-        },
-        problem_statement="add subtracts",
-        patch=GOLD,
-        FAIL_TO_PASS=["tests/test_calc.py::test_add"],
-    )
+    return calc_task()
 
 
 def swebench_task() -> Task:
