@@ -28,11 +28,10 @@ from transformers import PreTrainedTokenizerBase
 from gagar.policy.agent import AgentSettings
 from gagar.policy.demos import DemoAnswer, Demonstration
 from gagar.policy.tool_calls import ToolCallKit
-from gagar.policy.tool_demos import ReplayBackend
+from gagar.policy.tool_demos import ReplayBackend, replay_refusal
 from gagar.policy.tool_loop import check_append_only, run_tool_loops
-from gagar.sandbox.edits import EditBlock, apply_edit_blocks, parse_edit_blocks
+from gagar.sandbox.edits import EditBlock, parse_edit_blocks
 from gagar.schema.trajectory import SamplingParams
-from gagar.tasks.diffs import make_diff
 
 __all__ = ["REFUSAL_SHARE", "call_text", "demo_calls", "misquote", "tool_call_demos"]
 
@@ -144,14 +143,8 @@ def tool_call_demos(
         except ValueError:
             counts["dropped_too_long"] += 1
             continue
-        if t.finish_reason != "submit":
-            counts["dropped_too_long"] += 1
-            continue
-        snapshot = demo.task.snapshot or {}
-        if t.model_patch != make_diff(
-            snapshot, apply_edit_blocks(dict(snapshot), parse_edit_blocks(demo.answer))
-        ):
-            counts["skipped"] += 1
+        if (refused := replay_refusal(t, demo)) is not None:
+            counts[refused] += 1
             continue
         counts["recovered"] += t.tool_calls.get("view", 0) > 1
         demos.append(

@@ -34,7 +34,7 @@ from gagar.policy.visible_tests import run_report
 from gagar.sandbox.edits import apply_edit_blocks, parse_edit_blocks
 from gagar.schema.result import Outcome, Status, TestResult
 from gagar.schema.task import Task
-from gagar.schema.trajectory import SamplingParams
+from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.tasks.diffs import make_diff
 
 __all__ = ["ReplayBackend", "demo_script", "passing_report", "tool_loop_demos"]
@@ -94,6 +94,17 @@ def demo_script(
     return [*script, f"EDIT\n{demo.answer}", "RUN_TESTS", "SUBMIT"]
 
 
+def replay_refusal(replayed: Trajectory, demo: DemoAnswer) -> str | None:
+    """Why a replayed demonstration is not taught, as its count (``dropped_too_long``: it did not end
+    on submit within the budgets; ``skipped``: the replayed edits did not reproduce the answer), or
+    None when it is."""
+    if replayed.finish_reason != "submit":
+        return "dropped_too_long"
+    snapshot = demo.task.snapshot or {}
+    answer = make_diff(snapshot, apply_edit_blocks(dict(snapshot), parse_edit_blocks(demo.answer)))
+    return None if replayed.model_patch == answer else "skipped"
+
+
 class ReplayBackend:
     """A generation backend replying with one script's turns, in order (log-probs 0: not sampled)."""
 
@@ -149,14 +160,8 @@ def tool_loop_demos(
         except ValueError:
             counts["dropped_too_long"] += 1  # the first prompt alone exceeds the budget
             continue
-        if t.finish_reason != "submit":
-            counts["dropped_too_long"] += 1
-            continue
-        snapshot = demo.task.snapshot or {}
-        if t.model_patch != make_diff(
-            snapshot, apply_edit_blocks(dict(snapshot), parse_edit_blocks(demo.answer))
-        ):
-            counts["skipped"] += 1  # the replayed edits did not reproduce the answer: never taught
+        if (refused := replay_refusal(t, demo)) is not None:
+            counts[refused] += 1
             continue
         counts["corrected"] += script.count("RUN_TESTS") > 1
         demos.append(
