@@ -46,7 +46,8 @@ class ScorerConfig:
 
     hidden: int = 32
     epochs: int = 300
-    lr: float = 1e-2
+    step_size: float = 1e-2
+    """Adam's learning rate for the scorer (the policy's optimisers own ``lr``)."""
     weight_decay: float = 1e-4
     seed: int = 0
 
@@ -112,7 +113,7 @@ def _fit(
 ) -> Scorer:
     mean, std = x.mean(0), x.std(0).clamp_min(1e-3)
     model = Scorer(x.shape[1], config.hidden, mean, std)
-    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.step_size, weight_decay=config.weight_decay)
     for epoch in range(config.epochs):
         scores = model(x)  # (n_total,)
         loss = torch.nn.functional.softplus(-(scores[better] - scores[worse])).mean()
