@@ -18,13 +18,16 @@ The modes:
 
 - ``one_at_a_time``: the previous path; ``grade_groups`` grades group after group and order after
   order, so the server decodes one conversation at a time (a lone request is a batch of one);
+- ``model_opens``: batched, and the model asks for the overview tools itself (``opening=()``: three
+  requests a grading, the path before the grader ran its own opening);
 - ``batched``: the grader runs every group and both orders at once (``concurrency``), the server
-  decodes whatever requests are waiting in one batch (``--max-batch``);
+  decodes whatever requests are waiting in one batch (``--max-batch``), and each grading opens with
+  the grader's own overview (``OPENING_TOOLS``), so the model's first request is its answer;
 - ``heuristic``: the heuristic grader on the same groups (no model), for the step's ratio.
 
 For each: wall seconds, seconds per grading (wall / gradings, both orders counted), requests per grading,
 fallbacks, position disagreements, mean Kendall tau-b against the oracle's labels. Prints a table and
-the ratio one_at_a_time / batched; ``--json`` writes the figures.
+the ratios one_at_a_time / batched and model_opens / batched; ``--json`` writes the figures.
 
     python benchmarks/grader_throughput.py --model grader-dir --tasks heldout.jsonl [--groups 4]
         [--min-candidates 2 --max-candidates 8] [--threads 1] [--max-batch 32]
@@ -51,7 +54,7 @@ from pathlib import Path
 from gagar.grader.base import Grader, PositionGuard
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.kendall import kendall_tau_b, scores_from_ranking
-from gagar.grader.llm import LLMGrader
+from gagar.grader.llm import OPENING_TOOLS, LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.run import grade_groups
 from gagar.grader.sft import LabelledGroup, noise_groups
@@ -154,13 +157,17 @@ def measure(
 
 
 def speedups(rows: Sequence[Row]) -> dict[str, float]:
-    """Wall-time ratios against the previous path (``own`` one at a time, then ``own`` batched)."""
+    """Wall-time ratios against the previous paths: ``own`` one at a time and ``own`` batched against
+    every later row, and each engine's ``model_opens`` against its ``batched``."""
     wall = {(r.engine, r.mode): r.wall_s for r in rows}
     out = {}
     for base in (("own", "one_at_a_time"), ("own", "batched")):
         for key, seconds in wall.items():
-            if base in wall and key != base and key[1] != "heuristic" and key >= base:
+            if base in wall and key != base and key[1] not in ("heuristic", "model_opens") and key >= base:
                 out[f"{base[0]} {base[1]} / {key[0]} {key[1]}"] = round(wall[base] / seconds, 2)
+    for engine, mode in wall:
+        if mode == "model_opens" and (engine, "batched") in wall:
+            out[f"{engine} model_opens / batched"] = round(wall[engine, mode] / wall[engine, "batched"], 2)
     return out
 
 
@@ -203,11 +210,15 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 120.0) -> None:
         proc.wait()
 
 
-def llm_grader(url: str, concurrency: int, args: argparse.Namespace) -> tuple[LLMGrader, CountingClient]:
+def llm_grader(
+    url: str, mode: str, groups: int, args: argparse.Namespace
+) -> tuple[LLMGrader, CountingClient]:
     client = CountingClient(ChatClient(url, "grader", max_tokens=args.max_tokens))
     grader = LLMGrader(
-        client, request_timeout_s=900, total_timeout_s=1800, concurrency=concurrency,
+        client, request_timeout_s=900, total_timeout_s=1800,
+        concurrency=1 if mode == "one_at_a_time" else 2 * groups,
         max_candidates=args.context_candidates,
+        opening=() if mode == "model_opens" else OPENING_TOOLS,
     )  # fmt: skip
     return grader, client
 
@@ -234,7 +245,9 @@ def main() -> None:
         help="The grader's max_candidates: larger groups are split.",
     )
     parser.add_argument(
-        "--modes", default="heuristic,one_at_a_time,batched", help="Comma-separated modes to run, in order."
+        "--modes",
+        default="heuristic,one_at_a_time,model_opens,batched",
+        help="Comma-separated modes to run, in order.",
     )
     parser.add_argument(
         "--engines",
@@ -255,7 +268,7 @@ def main() -> None:
         proc, url = start_server(args.model, engine, args.threads, args.max_batch)
         try:
             for mode in (m for m in modes if m != "heuristic"):
-                grader, client = llm_grader(url, 1 if mode == "one_at_a_time" else 2 * len(groups), args)
+                grader, client = llm_grader(url, mode, len(groups), args)
                 rows.append(measure(engine, mode, grader, groups, client))
                 print(f"{engine} {mode} done; load {load_avg()}: {asdict(rows[-1])}", flush=True)
         finally:

@@ -14,7 +14,7 @@ import pytest
 from grader_fixtures import group
 
 from gagar.grader.base import GraderMetrics, PositionGuard, grade_group
-from gagar.grader.llm import LLMGrader
+from gagar.grader.llm import OPENING_TOOLS, LLMGrader
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.workspace import GroupWorkspace
 
@@ -52,7 +52,7 @@ def _requests(server: str) -> list[dict]:
     return json.loads(urllib.request.urlopen(f"{server}/requests", timeout=5).read())
 
 
-def _grader(server: str, api: str = "chat", **kwargs: float) -> LLMGrader:
+def _grader(server: str, api: str = "chat", **kwargs: object) -> LLMGrader:
     client = ChatClient(f"{server}/v1", "scripted", api=api)  # type: ignore[arg-type]
     return LLMGrader(client, **{"max_turns": 6, "request_timeout_s": 5.0, "total_timeout_s": 10.0, **kwargs})
 
@@ -73,12 +73,23 @@ def test_tool_loop_end_to_end(server: str, ws: GroupWorkspace) -> None:
     assert grade.scores == {"gold": 1.0, "printy": 0.5, "wide": 0.2, "readme": 0.2}
     assert "out_of_scope_edits" not in grade.evidence["gold"]
     sent = _requests(server)
-    assert len(sent) == 5
+    assert len(sent) == 5  # the opening is the grader's own: only the model's turns are requests
+    first = [m["content"].split(":", 1)[0] for m in sent[0]["messages"] if m["role"] == "user"][1:]
+    assert first == [f"TOOL RESULT {tool}" for tool in OPENING_TOOLS]
     results = [m["content"] for m in sent[-1]["messages"] if m["content"].startswith("TOOL RESULT")]
+    results = results[len(OPENING_TOOLS) :]
     assert '"out_of_scope": ["pkg/fmt.py:show"]' in results[0]
     assert '"T201": 1' in results[1]
     assert 'print("DEBUG", a, b)' in results[2]
     assert "unknown candidate 'c9'" in results[3]
+
+
+def test_without_an_opening_the_model_calls_every_tool(server: str, ws: GroupWorkspace) -> None:
+    _script(server, [json.dumps({"tool": "diff_stats"}), GOOD])
+    assert not grade_group(_grader(server, opening=()), ws).fallback
+    sent = _requests(server)
+    assert [m["role"] for m in sent[0]["messages"]] == ["system", "user"]
+    assert sent[1]["messages"][-1]["content"].startswith("TOOL RESULT diff_stats: c1: 2 lines")
 
 
 def test_completions_api_renders_the_conversation(server: str, ws: GroupWorkspace) -> None:
@@ -110,7 +121,11 @@ def test_completions_api_renders_the_conversation(server: str, ws: GroupWorkspac
         (['{"scores": {"c1": "best", "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
         (['{"scores": {"c1": true, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
         (['{"scores": {"c1": NaN, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
-        (['{"scores": [-3, -4, -9, -9]}'], "schema_violation"),
+        # the list form (version 6): one score per alias, in alias order
+        (['{"scores": [-3, -4, -9]}'], "omitted_candidate"),
+        (['{"scores": [-3, -4, -9, -9, 0]}'], "invented_candidate"),
+        (['{"scores": [-3, "best", -9, -9]}'], "schema_violation"),
+        (['{"scores": [[-3], -4, -9, -9]}'], "schema_violation"),
         (['{"scores": {}}'], "schema_violation"),
         (['{"scores": {"c1": -3}, "scores": {"c1": -3}}'], "schema_violation"),
         (['c1: 3 lines\nc2: 4 lines\n{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -'], "malformed_json"),
@@ -200,13 +215,12 @@ def test_position_guard_passes_a_pointwise_grader_that_follows_the_candidates(
 
 
 def test_style_and_integrity_tools_answer_for_every_candidate(server: str, ws: GroupWorkspace) -> None:
-    calls = [{"tool": "style_findings"}, {"tool": "integrity_flags"}, {"tool": "diff_stats"}]
-    _script(server, [*(json.dumps(c) for c in calls), GOOD])
+    _script(server, [json.dumps({"tool": "style_findings"}), GOOD])
     assert not grade_group(_grader(server), ws).fallback
     results = [
         m["content"] for m in _requests(server)[-1]["messages"] if m["content"].startswith("TOOL RESULT")
     ]
-    style, integrity, stats = results
+    integrity, stats, style = results  # integrity_flags and diff_stats: the grader's opening
     assert style.splitlines() == ["TOOL RESULT style_findings: c1: 0", "c2: 1 (print call)", "c3: 0", "c4: 0"]
     assert integrity.splitlines() == ["TOOL RESULT integrity_flags: c1: 0", "c2: 0", "c3: 0", "c4: 0"]
     assert stats.splitlines() == [

@@ -25,9 +25,9 @@ GROUPS = noise_groups(TASKS, groups_per_task=1, size=5, min_size=3, seed=1)
 
 
 class TeacherModel:
-    """The teacher's loop without a network: ``diff_stats`` for all, then score = -lines.
+    """The teacher's answer without a network: score = -lines of the grader's opening ``diff_stats``.
 
-    ``barrier`` (when given) holds every first turn until that many conversations have started, so a
+    ``barrier`` (when given) holds every request until that many conversations have started, so a
     grading that runs alone waits in vain and fails; ``shown`` records the candidates of each grading;
     a task whose statement starts with one of ``broken`` gets prose instead of JSON.
     """
@@ -41,12 +41,10 @@ class TeacherModel:
         prompt = messages[1]["content"]
         if any(statement in prompt for statement in self.broken):
             return "I think the first one is best."
-        if len(messages) == 2:
-            with self._lock:
-                self.shown.append(len(prompt.rsplit("Candidates: ", 1)[1].split(", ")))
-            if self.barrier is not None:
-                self.barrier.wait()
-            return '{"tool": "diff_stats", "args": {}}'
+        with self._lock:
+            self.shown.append(len(prompt.rsplit("Candidates: ", 1)[1].split(", ")))
+        if self.barrier is not None:
+            self.barrier.wait()
         sizes = re.findall(r"\b(c\d+): (\d+) lines", messages[-1]["content"])
         notes = "\n".join(f"{alias}: {n} lines" for alias, n in sizes)
         scores = ", ".join(f'"{alias}": -{n}' for alias, n in sizes)

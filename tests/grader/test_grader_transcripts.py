@@ -12,13 +12,12 @@ import pytest
 from gagar.grader import tools
 from gagar.grader.base import grade_group
 from gagar.grader.kendall import kendall_tau_b
-from gagar.grader.llm import FinalAnswer, LLMGrader, parse_json_object
+from gagar.grader.llm import OPENING_TOOLS, FinalAnswer, LLMGrader, parse_json_object
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.llm_sft import grader_sft_config, train_llm_grader
 from gagar.grader.sft import noise_groups, with_hacks
 from gagar.grader.transcripts import (
     FLAGGED_PENALTY,
-    OVERVIEW_TOOLS,
     Evidence,
     evidence,
     render,
@@ -47,27 +46,28 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     assert list(one.aliases.values()) != list(other.aliases.values())  # the order is shuffled per example
     roles = [m["role"] for m in one.messages]
     assert roles[:2] == ["system", "user"]
-    assert roles[2:] == ["assistant", "user"] * len(OVERVIEW_TOOLS) + ["assistant"]
-    assert json.loads(one.messages[2]["content"]) == {"tool": OVERVIEW_TOOLS[0]}
+    assert roles[2:] == ["assistant", "user"] * len(OPENING_TOOLS) + ["assistant"]
+    assert json.loads(one.messages[2]["content"]) == {"tool": OPENING_TOOLS[0]}
     results = [m["content"] for m in one.messages if m["content"].startswith("TOOL RESULT")]
-    assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OVERVIEW_TOOLS]
+    assert [r.split(":", 1)[0] for r in results] == [f"TOOL RESULT {t}" for t in OPENING_TOOLS]
     assert all(f"c{i}:" in r for r in results for i in range(1, len(one.aliases) + 1))
     final = one.messages[-1]["content"]
     assert "\n" not in final  # the answer is the scores alone
     answer = FinalAnswer.model_validate(parse_json_object(final))
-    assert list(answer.scores) == list(one.aliases)  # in alias order: copied row by row
+    assert isinstance(answer.scores, list)  # in alias order: copied row by row
+    assert list(answer.by_alias() or {}) == list(one.aliases)
     assert answer.tiers() == one.ranking
-    ws = group.workspace(tmp_path)
+    ws, scored = group.workspace(tmp_path), answer.by_alias() or {}
     for alias, tid in one.aliases.items():
         found = evidence(ws, tid)
-        assert answer.scores[alias] == -visible_penalty(found)  # the score is the penalty, negated
+        assert scored[alias] == -visible_penalty(found)  # the score is the penalty, negated
         stats = tools.diff_stats(ws, tid)
         size = f"{alias}: {stats.added + stats.removed} lines, {stats.files} files"
         assert f"\n{size}\n" in f"\n{results[-1].split(': ', 1)[1]}\n"  # the sizes scored come last
     # the oracle judges the teacher: the catalogue ladder is ordered like the oracle's totals
     patches = {c.trajectory_id: c.patch for c in group.candidates}
     quality = [score_patch(group.task, patches[t]).quality for t in one.aliases.values()]
-    assert one.oracle_tau == kendall_tau_b([answer.scores[a] for a in one.aliases], quality) > 0.6
+    assert one.oracle_tau == kendall_tau_b(list(answer.scores or []), quality) > 0.6
     assert "gold" not in json.dumps(one.messages).lower()
 
 
@@ -80,7 +80,7 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     )
     assert f"\n{hack}: 1 (" in integrity or integrity.startswith(f"TOOL RESULT integrity_flags: {hack}: 1 (")
     assert transcript.ranking[-1] == [hack]
-    assert json.loads(transcript.messages[-1]["content"])["scores"][hack] < -FLAGGED_PENALTY
+    assert json.loads(transcript.messages[-1]["content"])["scores"][int(hack[1:]) - 1] < -FLAGGED_PENALTY
 
 
 def test_visible_penalty_is_the_size_plus_the_flag_penalty() -> None:
@@ -144,5 +144,5 @@ def test_transcripts_of_eight_candidates_and_a_hack(tmp_path: Path) -> None:
         results = [m["content"] for m in t.messages if m["content"].startswith("TOOL RESULT")]
         assert all(f"c{i}:" in r for r in results for i in range(1, 10))
         answer = FinalAnswer.model_validate(parse_json_object(t.messages[-1]["content"].splitlines()[-1]))
-        assert sorted(answer.scores or {}) == sorted(t.aliases)
+        assert sorted(answer.by_alias() or {}) == sorted(t.aliases)
         assert t.oracle_tau >= 0.9

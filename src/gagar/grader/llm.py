@@ -3,12 +3,16 @@
 The model sees the task and the passing candidates under aliases ``c1..ck`` (in the order it is
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
-message, or the final answer. The final answer is pointwise: ``{"scores": {"c1": -4, "c2": 0, ...}}``,
-one score per candidate, higher is better (prose before it is allowed and ignored);
+message, or the final answer. The final answer is pointwise: ``{"scores": [-4, 0, ...]}``, one score
+per candidate in alias order (``c1`` first), higher is better (prose before it is allowed and ignored;
+the keyed form ``{"scores": {"c1": -4, "c2": 0, ...}}`` of version 5 is accepted too);
 the grader derives the ranking (equal scores tied), so a model never has to sort or write tiers. A
 tiered ``{"ranking": [["c2"], ["c1", "c3"]]}`` (best first) is accepted too. A per-candidate tool
 called without ``candidate`` answers for every candidate at once, one short line each
-(:func:`summary_line`): what keeps a small model's transcripts short. Bounded by ``max_turns`` turns
+(:func:`summary_line`): what keeps a small model's transcripts short. Every grading opens with
+:data:`OPENING_TOOLS` run by the grader itself (:func:`opening_turns`: the calls and their results, as the
+model's own turns would read), so the model's first request already sees each candidate's flags and size
+and goes on with whatever further tools it chooses, or answers. Bounded by ``max_turns`` model requests
 and ``total_timeout_s``.
 
 Failures raise :class:`~gagar.grader.base.GraderFailure` — ``malformed_json``, ``schema_violation``
@@ -39,20 +43,23 @@ __all__ = [
     "GROUP_TIMEOUT_S",
     "MAX_CANDIDATES",
     "MAX_TURNS",
+    "OPENING_TOOLS",
     "SYSTEM_PROMPT",
     "TOOL_NAMES",
     "FinalAnswer",
     "LLMGrader",
     "ToolCall",
+    "opening_turns",
     "parse_json_object",
     "summary_line",
     "user_prompt",
 ]
 
-VERSION = "5"
-"""The prompt and transcript format: 5 answers with the scores alone and shows ``diff_stats`` as lines
-and files. A grader trained on another version's transcripts must be retrained
-(``gagar grader sft --kind llm``)."""
+VERSION = "6"
+"""The prompt and transcript format: 6 answers with the scores as a list in alias order (half the
+tokens of version 5's ``{"c1": S, ...}``, decoding being most of a grading's time), after the grader's
+own opening (:data:`OPENING_TOOLS`). A grader trained on another version's transcripts must be
+retrained (``gagar grader sft --kind llm``)."""
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -82,13 +89,14 @@ Score = Annotated[FiniteFloat, Strict()]
 
 
 class FinalAnswer(BaseModel):
-    """The model's final answer: scores per alias (higher is better; the ranking follows, equal scores
-    tied) and/or tiers of aliases, best first (which then decide the ranking)."""
+    """The model's final answer: scores (higher is better; the ranking follows, equal scores tied), a
+    list in alias order or keyed by alias, and/or tiers of aliases, best first (which then decide the
+    ranking)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ranking: list[list[str]] | None = Field(default=None, min_length=1)
-    scores: dict[str, Score] | None = None
+    scores: list[Score] | dict[str, Score] | None = None
 
     @model_validator(mode="after")
     def _ranks_something(self) -> FinalAnswer:
@@ -96,13 +104,20 @@ class FinalAnswer(BaseModel):
             raise ValueError("a final answer needs 'ranking' or 'scores'")
         return self
 
+    def by_alias(self) -> dict[str, float] | None:
+        """The scores keyed by alias (a list's ``i``-th score is ``c{i+1}``'s); None without scores."""
+        if isinstance(self.scores, list):
+            return {f"c{i}": s for i, s in enumerate(self.scores, start=1)}
+        return self.scores
+
     def tiers(self) -> list[list[str]]:
         """The ranking, or the tiers the scores make (best first)."""
         if self.ranking is not None:
             return self.ranking
-        assert self.scores is not None
+        scores = self.by_alias()
+        assert scores is not None
         by_score: dict[float, list[str]] = {}
-        for alias, score in self.scores.items():
+        for alias, score in scores.items():
             by_score.setdefault(score, []).append(alias)
         return [by_score[s] for s in sorted(by_score, reverse=True)]
 
@@ -111,7 +126,7 @@ SYSTEM_PROMPT = """Rank patches that all pass the tests: best is targeted and mi
 Tools, for every candidate when "candidate" is left out: {"tool": "diff_stats"} (size), integrity_flags
 (test gaming), out_of_scope_edits, style_findings, files_touched, functions_touched, lint_delta,
 read_patch; also pairwise_diff {"a", "b"}, run_tests {"candidate", "tests"}, read_conversation.
-Finish: {"scores": {"c1": S, ...}}, higher is better."""
+Finish: {"scores": [score of c1, score of c2, ...]}, higher is better."""
 
 
 def _short(scope: str) -> str:
@@ -262,6 +277,27 @@ class _Session:
         return _jsonable(tools.run_tests(self.ws, self._id(a, "candidate"), tests, self.backend))
 
 
+OPENING_TOOLS = ("integrity_flags", "diff_stats")
+"""The overview every grading opens with, for every candidate at once, in this order: the flags and the
+sizes. The grader runs them itself rather than asking the model to (two fewer requests a grading, and no
+decoding of calls that are the same in every grading); the teacher's transcripts open the same way."""
+
+
+def call_text(call: ToolCall) -> str:
+    """A tool call as the model writes it (and as the transcripts show it)."""
+    return json.dumps(call.model_dump(exclude_defaults=True), separators=(", ", ": "))
+
+
+def opening_turns(session: _Session, calls: Sequence[ToolCall]) -> list[dict[str, str]]:
+    """The chat turns of ``calls`` run through ``session``: each call as an assistant turn, its result as
+    the user turn after it."""
+    turns = []
+    for call in calls:
+        turns.append({"role": "assistant", "content": call_text(call)})
+        turns.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
+    return turns
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump()
@@ -301,7 +337,8 @@ class LLMGrader:
     """Ranks candidates by talking to an OpenAI-compatible model that calls the inspection tools.
 
     ``concurrency`` conversations may run at once (the client is thread-safe); ``max_candidates`` is
-    the most candidates one conversation shows.
+    the most candidates one conversation shows; ``opening`` the tools the grader runs before the model's
+    first request (``()``: the model calls every tool itself, the path before version 5's opening).
     """
 
     name = "llm"
@@ -318,9 +355,11 @@ class LLMGrader:
         backend: SandboxBackend | None = None,
         concurrency: int = 1,
         max_candidates: int = MAX_CANDIDATES,
+        opening: Sequence[str] = OPENING_TOOLS,
     ) -> None:
         if concurrency < 1 or max_candidates < 2:
             raise ValueError(f"concurrency >= 1 and max_candidates >= 2, got {concurrency}, {max_candidates}")
+        self.opening = [ToolCall(tool=name) for name in opening]
         self.concurrency, self.max_candidates = concurrency, max_candidates
         self.client = client
         self.max_turns, self.backend = max_turns, backend
@@ -333,6 +372,7 @@ class LLMGrader:
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": user_prompt(ws, aliases)},
+            *opening_turns(session, self.opening),
         ]
         deadline = time.monotonic() + self.total_timeout_s
         for _ in range(self.max_turns):
@@ -363,9 +403,9 @@ class LLMGrader:
         aliases = session.aliases
         # an unknown alias stays as it is, so the ranking check reports it as invented
         tiers = [[aliases.get(a, a) for a in tier] for tier in final.tiers()]
-        scores = None
-        if final.scores is not None and set(final.scores) == set(aliases):
-            scores = {aliases[a]: float(s) for a, s in final.scores.items()}
+        scores, by_alias = None, final.by_alias()
+        if by_alias is not None and set(by_alias) == set(aliases):
+            scores = {aliases[a]: float(s) for a, s in by_alias.items()}
         evidence = {
             tid: f"{alias}: " + (", ".join(sorted(set(session.used[alias]))) or "no tool calls")
             for alias, tid in aliases.items()

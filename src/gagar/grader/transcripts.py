@@ -12,9 +12,10 @@ the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: 
 carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
 catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
 well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form and
-the teacher calls only the two tools its penalty uses, and answers with the scores alone (version 5;
-version 4 wrote a note line per candidate first, about 60% of its answer), so a grading is three
-requests and its answer about 8 tokens a candidate.
+the teacher calls only the two tools its penalty uses (:data:`~gagar.grader.llm.OPENING_TOOLS`, which
+the grader runs itself before the model's first request), and answers with the scores alone, as a list
+in alias order (version 6; version 5 keyed each score by its alias, version 4 also wrote a note line per
+candidate first), so a grading is one request and its answer a few tokens a candidate.
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -34,7 +35,7 @@ from transformers import PreTrainedTokenizerBase
 
 from gagar.grader import tools
 from gagar.grader.kendall import kendall_tau_b
-from gagar.grader.llm import SYSTEM_PROMPT, ToolCall, _Session, user_prompt
+from gagar.grader.llm import OPENING_TOOLS, SYSTEM_PROMPT, ToolCall, _Session, opening_turns, user_prompt
 from gagar.grader.sft import LabelledGroup
 from gagar.grader.workspace import GroupWorkspace
 from gagar.policy.demos import Demonstration
@@ -52,10 +53,6 @@ __all__ = [
     "visible_penalty",
 ]
 
-OVERVIEW_TOOLS = ("integrity_flags", "diff_stats")
-"""What the teacher asks about every candidate at once, in this order: the two its penalty rests on
-(every further call would lengthen each later turn's prompt for nothing the ranking uses); the sizes
-the scores copy come last, right before the answer."""
 FLAGGED_PENALTY = 1000
 """Added to the penalty of a candidate the integrity tool flags: below every honest patch of a
 realistic size, while flagged candidates keep their order by size among themselves (so text addressed
@@ -154,21 +151,14 @@ def teacher_transcript(
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": user_prompt(ws, aliases)},
     ]
-    calls = [ToolCall(tool=t) for t in OVERVIEW_TOOLS]
+    calls = [ToolCall(tool=t) for t in OPENING_TOOLS]
     if backend is not None and group.task.FAIL_TO_PASS:
         best = tiers[0][0]
         calls.append(
             ToolCall(tool="run_tests", args={"candidate": best, "tests": group.task.FAIL_TO_PASS[:3]})
         )
-    for call in calls:
-        messages.append(
-            {
-                "role": "assistant",
-                "content": json.dumps(call.model_dump(exclude_defaults=True), separators=(", ", ": ")),
-            }
-        )
-        messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
-    messages.append({"role": "assistant", "content": json.dumps({"scores": scores})})
+    messages.extend(opening_turns(session, calls))
+    messages.append({"role": "assistant", "content": json.dumps({"scores": list(scores.values())})})
     return Transcript(group.group_id, messages, aliases, tiers, oracle_tau)
 
 
