@@ -255,12 +255,12 @@ def evaluate(
     ``trajectories`` may arrive lazily: the local sandbox starts on each as it comes.
     """
     from gagar.sandbox.base import Prediction
-    from gagar.sandbox.runner import iter_jobs
+    from gagar.sandbox.runner import evaluate_jobs, iter_jobs
 
     predictions = (
         p if isinstance(p, Prediction) else Prediction.model_validate(p.model_dump()) for p in trajectories
     )
-    return sandbox.evaluate(iter_jobs(tasks, predictions), on_result)
+    return evaluate_jobs(sandbox, iter_jobs(tasks, predictions), on_result)
 
 
 def evaluate_while_generating(

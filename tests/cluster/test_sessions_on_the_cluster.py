@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from cluster_wait import wait_until
 
+from gagar.policy.tool_calls import SessionTools
 from gagar.sandbox.k8s import KubernetesBackend, KubernetesSandboxConfig
 from gagar.sandbox.k8s.session import KubernetesSession
 from gagar.sandbox.limits import SandboxLimits
@@ -155,3 +156,33 @@ def test_a_killed_rollout_leaves_no_running_session(backend: KubernetesBackend, 
     assert time.monotonic() - killed < IDLE_S + 60
     for name in names:
         core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+
+def test_a_session_that_cannot_start_is_its_trajectorys_infra_error(fresh_namespace) -> None:
+    """An image the node cannot pull: the conversation's tools report an ``infra_error`` naming the pod
+    and the reason (the tool-call agent then ends that trajectory as ``sandbox``, judged ``infra_error``:
+    tests/policy/test_policy_tool_calls.py), nothing raises, and close deletes the objects."""
+    config = KubernetesSandboxConfig(
+        namespace=fresh_namespace("gagar-ses-bad"), image="registry.invalid/gagar/none:0", limits=LIMITS,
+        start_deadline_s=120,
+    )  # fmt: skip
+    backend = KubernetesBackend(config)
+    opened: list[KubernetesSession] = []
+
+    def opener(task):  # type: ignore[no-untyped-def]
+        session = open_session(backend, task, 4000)
+        opened.append(session)  # type: ignore[arg-type]
+        return session
+
+    tools = SessionTools(cases._task(), opener)
+    tools.run("ls", 10)
+    answer = tools.output()
+    [session] = opened
+    assert tools.infra_error is not None
+    assert f"session pod {session.name} cannot start" in tools.infra_error
+    assert "ErrImagePull" in tools.infra_error or "ImagePullBackOff" in tools.infra_error
+    assert answer.startswith("error: the sandbox session failed")
+    tools.submitted = True
+    assert tools.patch == ""
+    tools.close()
+    wait_until(lambda: not _objects(backend, session.session_id), 60, "the failed session's objects deleted")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fixtures.calc import GOLD, calc_task
 from gagar.policy.agent import TOOL_CALL_KINDS, AgentSettings
 from gagar.policy.generation import Sample
 from gagar.policy.rollout import agent_for
@@ -227,3 +228,39 @@ def test_eval_reports_the_share_of_submissions_that_ran_tests() -> None:
     assert quality.ran_tests_rate == 2 / 3
     assert quality.tested_submissions_rate == 1 / 2
     assert quality.tool_calls_mean["malformed"] == 1 / 3
+
+
+def test_a_session_that_cannot_start_is_an_infra_error_not_a_crash(tasks) -> None:
+    """A broken sandbox (``bwrap`` replaced by ``false``, so the real local session never answers) ends
+    that conversation as ``sandbox``; its trajectory is judged ``infra_error`` without being run, in its
+    place among the others, and the rest of the batch is judged as usual."""
+    from gagar.rl_step import evaluate
+    from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
+    from gagar.sandbox.session import open_session
+    from gagar.schema.result import Status
+
+    task = tasks[0]
+    tokenizer = _tokenizer(task)
+    broken = LocalBackend(settings=LocalSandboxSettings(bwrap="false"), workers=1)
+    agent = AgentSettings(kind="tool-call", max_tokens=4096)
+    kit = ToolCallKit(tokenizer, agent, lambda t: open_session(broken, t, 1000))
+    replies = [call_text("bash", command="ls"), call_text("submit")]
+    [failed] = run_tool_loops(
+        [(task, "t-broken", "g")], Replay(tokenizer, replies), tokenizer, SamplingParams(), agent, kit=kit
+    )
+    assert failed.finish_reason == "sandbox"
+    assert failed.infra_error is not None
+    assert "did not start" in failed.infra_error
+    assert failed.turns == 1
+    assert failed.model_patch == ""
+    assert [m.role for m in failed.messages][-1] == "assistant"  # the failure is not shown as a tool answer
+
+    calc = calc_task()
+    on_calc = {"instance_id": calc.instance_id, "infra_error": None}
+    gold = failed.model_copy(update={**on_calc, "trajectory_id": "gold", "model_patch": GOLD})
+    empty = failed.model_copy(update={**on_calc, "trajectory_id": "empty"})
+    broken = failed.model_copy(update={"instance_id": calc.instance_id})
+    results = evaluate([calc], [gold, broken, empty], LocalBackend(workers=1))
+    assert [r.trajectory_id for r in results] == ["gold", "t-broken", "empty"]
+    assert [r.status for r in results] == [Status.PASSED, Status.INFRA_ERROR, Status.FAILED]
+    assert results[1].reason == failed.infra_error

@@ -16,6 +16,7 @@ from gagar.policy.agent import ran_tests
 from gagar.records import Record
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.sandbox.edits import UNCHANGED, parse_edit_blocks
+from gagar.sandbox.runner import evaluate_jobs
 from gagar.schema.result import Status, TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
@@ -221,12 +222,15 @@ def evaluate_detailed(
         (
             by_id[tr.instance_id],
             Prediction(
-                instance_id=tr.instance_id, model_patch=tr.model_patch, trajectory_id=tr.trajectory_id
+                instance_id=tr.instance_id,
+                model_patch=tr.model_patch,
+                trajectory_id=tr.trajectory_id,
+                infra_error=tr.infra_error,
             ),
         )
         for tr in trajectories
     ]
-    results = sandbox.evaluate(jobs)
+    results = evaluate_jobs(sandbox, jobs)
     judged = judge_trajectories(by_id, trajectories, results)
     return summarise(judged), results, judged
 

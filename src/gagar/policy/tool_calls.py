@@ -256,7 +256,9 @@ def kind_of_call(reply: str) -> str:
 
 class SessionTools:
     """One conversation's session, opened on its first call (lazily), closed as the conversation ends;
-    the patch is read from the working tree when it submits."""
+    the patch is read from the working tree when it submits. A session that fails (it does not start,
+    or is lost: :class:`~gagar.sandbox.shell_session.SessionError`) sets ``infra_error`` instead of
+    failing the batch."""
 
     def __init__(self, task: Task, opener: Callable[[Task], Any]) -> None:
         self.task, self._opener = task, opener
@@ -264,6 +266,7 @@ class SessionTools:
         self._patch: str | None = None
         self.submitted = False
         self.edits_reverted = 0
+        self.infra_error: str | None = None
 
     @property
     def session(self) -> Any:
@@ -271,11 +274,36 @@ class SessionTools:
             self._session = self._opener(self.task)
         return self._session
 
+    def run(self, command: str, timeout_s: float) -> None:
+        """Send ``command`` to the session (opening it first); :meth:`output` reads its answer."""
+        from gagar.sandbox.shell_session import SessionError
+
+        try:
+            self.session.begin(command, timeout_s)
+        except SessionError as exc:
+            self.infra_error = str(exc)
+
+    def output(self) -> str:
+        """The answer to the command :meth:`run` sent, or what made the session fail."""
+        from gagar.sandbox.shell_session import SessionError
+
+        if self.infra_error is None:
+            try:
+                return str(self.session.finish())
+            except SessionError as exc:
+                self.infra_error = str(exc)
+        return f"error: the sandbox session failed: {self.infra_error}"
+
     @property
     def patch(self) -> str:
+        from gagar.sandbox.shell_session import SessionError
+
         if self._patch is None:  # a conversation that never opened its session changed nothing
             opened = self._session is not None
-            self._patch = self._session.patch() if self.submitted and opened else ""
+            try:
+                self._patch = self._session.patch() if self.submitted and opened else ""
+            except SessionError as exc:
+                self.infra_error, self._patch = str(exc), ""
         return self._patch
 
     def close(self) -> None:
@@ -341,7 +369,7 @@ class ToolCallKit:
             tools.submitted = True
             return "submitted"
         command = call.arguments["command"] if call.name == "bash" else editor_command(call.arguments)
-        tools.session.begin(command, self.settings.command_timeout_s)
+        tools.run(command, self.settings.command_timeout_s)
         return None
 
     def answer(self, turn: Sequence[tuple[ConversationTools, str]]) -> list[str]:
@@ -353,6 +381,6 @@ class ToolCallKit:
             started.append(self._begin(tools, reply))
         out = []
         for (tools, _), answer in zip(turn, started, strict=True):
-            text = answer if answer is not None else tools.session.finish() or "(no output)"  # type: ignore[attr-defined]
+            text = answer if answer is not None else tools.output() or "(no output)"  # type: ignore[attr-defined]
             out.append(_cut(text, self.settings.max_tool_chars))
         return out

@@ -78,6 +78,9 @@ class ConversationTools(Protocol):
     """What one conversation acts on: the tool loop's in-memory working copy, or a sandboxed session."""
 
     submitted: bool
+    infra_error: str | None
+    """Why the platform cannot go on with the conversation (its session did not start or was lost);
+    None while the tools work. The conversation then ends (``sandbox``), its trajectory an infra error."""
 
     @property
     def patch(self) -> str:
@@ -134,6 +137,7 @@ class ToolWorkspace:
         self.task, self.max_tool_chars = task, max_tool_chars
         self.files = dict(task.snapshot)
         self.submitted = False
+        self.infra_error: str | None = None  # an in-memory copy does not fail
         self.edits: list[tuple[str, str]] = []
         self.close = lambda: None  # nothing to release: the working copy is in memory
         """(path, replace text) of every applied edit block, in order."""
@@ -356,7 +360,7 @@ def _trajectory(
     params: SamplingParams,
     policy_version: str | None,
 ) -> Trajectory:
-    submitted, patch = c.workspace.submitted, c.workspace.patch
+    submitted, patch = c.workspace.submitted, c.workspace.patch  # reading the patch may fail the session
     error = None if submitted and patch else ("empty patch" if submitted else "no SUBMIT")
     return Trajectory(
         trajectory_id=c.trajectory_id,
@@ -375,7 +379,8 @@ def _trajectory(
         turns=max(c.turns, 1),
         n_prompt_tokens=len(c.prompt_ids),
         n_response_tokens=len(c.response_ids),
-        finish_reason=c.finish,
+        finish_reason=c.finish if c.workspace.infra_error is None else "sandbox",
+        infra_error=c.workspace.infra_error,
         policy_version=policy_version,
         sampling=params,
         tool_calls=dict(c.tool_calls),
@@ -505,7 +510,10 @@ def _advance(
                 acting.append((c, reply))
         answers = kit.answer([(c.workspace, reply) for c, reply in acting])
         for (c, _), answer in zip(acting, answers, strict=True):
-            _answer(c, answer, tokenizer, agent.max_tokens, kit)
+            if c.workspace.infra_error is not None:
+                c.finish = "sandbox"  # the platform failed, not the model: nothing more is shown or judged
+            else:
+                _answer(c, answer, tokenizer, agent.max_tokens, kit)
         live = _retire(live)
 
 

@@ -23,6 +23,9 @@ class Prediction(Record):
     instance_id: str = Field(min_length=1)
     model_patch: str = ""
     trajectory_id: str | None = None
+    infra_error: str | None = None
+    """Set when the platform already failed this prediction (a trajectory's ``infra_error``): it is
+    judged ``infra_error`` with this reason, and its patch is not run."""
 
     @property
     def key(self) -> str:

@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 
-from gagar.sandbox.base import Prediction, SandboxBackend
+from gagar.sandbox.base import Prediction, ProgressCallback, SandboxBackend
 from gagar.schema.result import HackKind, Status, TestResult
 from gagar.schema.task import Task
 
-__all__ = ["BackendName", "iter_jobs", "join_jobs", "make_backend", "summary_line"]
+__all__ = ["BackendName", "evaluate_jobs", "iter_jobs", "join_jobs", "make_backend", "summary_line"]
 
 
 class BackendName(StrEnum):
@@ -34,6 +34,36 @@ def make_backend(name: BackendName, workers: int | None = None) -> SandboxBacken
     from gagar.sandbox.local import LocalBackend
 
     return LocalBackend(workers=workers)
+
+
+def evaluate_jobs(
+    sandbox: SandboxBackend,
+    jobs: Iterable[tuple[Task, Prediction]],
+    on_result: ProgressCallback | None = None,
+) -> list[TestResult]:
+    """``sandbox.evaluate(jobs)``, except that a prediction the platform already failed (its
+    ``infra_error`` is set: a trajectory whose tool session died) is judged ``infra_error`` with that
+    reason and never run. One result per job, in job order; ``jobs`` may arrive lazily."""
+    failed: dict[int, TestResult] = {}
+    count = 0
+
+    def runnable() -> Iterator[tuple[Task, Prediction]]:
+        nonlocal count
+        for task, pred in jobs:
+            index, count = count, count + 1
+            if pred.infra_error is None:
+                yield task, pred
+                continue
+            result = TestResult(
+                trajectory_id=pred.key, instance_id=pred.instance_id, status=Status.INFRA_ERROR,
+                reason=pred.infra_error,
+            )  # fmt: skip
+            failed[index] = result
+            if on_result is not None:
+                on_result(result)
+
+    ran = iter(sandbox.evaluate(runnable(), on_result))
+    return [failed[i] if i in failed else next(ran) for i in range(count)]
 
 
 def join_jobs(tasks: Sequence[Task], predictions: Iterable[Prediction]) -> list[tuple[Task, Prediction]]:

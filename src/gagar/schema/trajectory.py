@@ -91,7 +91,12 @@ class Trajectory(Record):
     n_response_tokens: int = Field(default=0, ge=0)
     finish_reason: str | None = None
     """Single-shot: ``stop`` (end token) or ``length`` (hit max_new_tokens). Multi-turn: ``submit``,
-    ``max_turns``, ``length`` (token budget), ``time`` (wall-clock budget) or ``template``."""
+    ``max_turns``, ``length`` (token budget), ``time`` (wall-clock budget), ``template`` or ``sandbox``
+    (its session failed: see ``infra_error``)."""
+    infra_error: str | None = None
+    """Why the platform, not the policy, ended this trajectory (a tool session that did not start or
+    was lost); None when nothing failed. Such a trajectory is judged ``infra_error`` without running
+    its patch, and leaves its group as any infra error does."""
     policy_version: str | None = None
     """Which weights sampled it (a checkpoint path or adapter name)."""
     sampling: SamplingParams = Field(default_factory=SamplingParams)
