@@ -121,11 +121,7 @@ def test_completions_api_renders_the_conversation(server: str, ws: GroupWorkspac
         (['{"scores": {"c1": "best", "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
         (['{"scores": {"c1": true, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
         (['{"scores": {"c1": NaN, "c2": -4, "c3": -9, "c4": -9}}'], "schema_violation"),
-        # the list form (version 6): one score per alias, in alias order
-        (['{"scores": [-3, -4, -9]}'], "omitted_candidate"),
-        (['{"scores": [-3, -4, -9, -9, 0]}'], "invented_candidate"),
-        (['{"scores": [-3, "best", -9, -9]}'], "schema_violation"),
-        (['{"scores": [[-3], -4, -9, -9]}'], "schema_violation"),
+        (['{"scores": [-3, -4, -9, -9]}'], "schema_violation"),
         (['{"scores": {}}'], "schema_violation"),
         (['{"scores": {"c1": -3}, "scores": {"c1": -3}}'], "schema_violation"),
         (['c1: 3 lines\nc2: 4 lines\n{"scores": {"c1": -3, "c2": -4, "c3": -9, "c4": -'], "malformed_json"),

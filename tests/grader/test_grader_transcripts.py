@@ -54,10 +54,9 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     final = one.messages[-1]["content"]
     assert "\n" not in final  # the answer is the scores alone
     answer = FinalAnswer.model_validate(parse_json_object(final))
-    assert isinstance(answer.scores, list)  # in alias order: copied row by row
-    assert list(answer.by_alias() or {}) == list(one.aliases)
+    assert list(answer.scores or {}) == list(one.aliases)  # in alias order: copied row by row
     assert answer.tiers() == one.ranking
-    ws, scored = group.workspace(tmp_path), answer.by_alias() or {}
+    ws, scored = group.workspace(tmp_path), answer.scores or {}
     for alias, tid in one.aliases.items():
         found = evidence(ws, tid)
         assert scored[alias] == -visible_penalty(found)  # the score is the penalty, negated
@@ -67,7 +66,7 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
     # the oracle judges the teacher: the catalogue ladder is ordered like the oracle's totals
     patches = {c.trajectory_id: c.patch for c in group.candidates}
     quality = [score_patch(group.task, patches[t]).quality for t in one.aliases.values()]
-    assert one.oracle_tau == kendall_tau_b(list(answer.scores or []), quality) > 0.6
+    assert one.oracle_tau == kendall_tau_b([scored[a] for a in one.aliases], quality) > 0.6
     assert "gold" not in json.dumps(one.messages).lower()
 
 
@@ -80,7 +79,7 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     )
     assert f"\n{hack}: 1 (" in integrity or integrity.startswith(f"TOOL RESULT integrity_flags: {hack}: 1 (")
     assert transcript.ranking[-1] == [hack]
-    assert json.loads(transcript.messages[-1]["content"])["scores"][int(hack[1:]) - 1] < -FLAGGED_PENALTY
+    assert json.loads(transcript.messages[-1]["content"])["scores"][hack] < -FLAGGED_PENALTY
 
 
 def test_visible_penalty_is_the_size_plus_the_flag_penalty() -> None:
@@ -144,5 +143,5 @@ def test_transcripts_of_eight_candidates_and_a_hack(tmp_path: Path) -> None:
         results = [m["content"] for m in t.messages if m["content"].startswith("TOOL RESULT")]
         assert all(f"c{i}:" in r for r in results for i in range(1, 10))
         answer = FinalAnswer.model_validate(parse_json_object(t.messages[-1]["content"].splitlines()[-1]))
-        assert sorted(answer.by_alias() or {}) == sorted(t.aliases)
+        assert sorted(answer.scores or {}) == sorted(t.aliases)
         assert t.oracle_tau >= 0.9

@@ -3,9 +3,8 @@
 The model sees the task and the passing candidates under aliases ``c1..ck`` (in the order it is
 given, so the position-bias guard can present them reversed). Each turn it answers with exactly one
 JSON object: a tool call ``{"tool": NAME, "args": {...}}``, whose result comes back as the next
-message, or the final answer. The final answer is pointwise: ``{"scores": [-4, 0, ...]}``, one score
-per candidate in alias order (``c1`` first), higher is better (prose before it is allowed and ignored;
-the keyed form ``{"scores": {"c1": -4, "c2": 0, ...}}`` of version 5 is accepted too);
+message, or the final answer. The final answer is pointwise: ``{"scores": {"c1": -4, "c2": 0, ...}}``,
+one score per candidate, higher is better (prose before it is allowed and ignored);
 the grader derives the ranking (equal scores tied), so a model never has to sort or write tiers. A
 tiered ``{"ranking": [["c2"], ["c1", "c3"]]}`` (best first) is accepted too. A per-candidate tool
 called without ``candidate`` answers for every candidate at once, one short line each
@@ -55,11 +54,11 @@ __all__ = [
     "user_prompt",
 ]
 
-VERSION = "6"
-"""The prompt and transcript format: 6 answers with the scores as a list in alias order (half the
-tokens of version 5's ``{"c1": S, ...}``, decoding being most of a grading's time), after the grader's
-own opening (:data:`OPENING_TOOLS`). A grader trained on another version's transcripts must be
-retrained (``gagar grader sft --kind llm``)."""
+VERSION = "5"
+"""The prompt and transcript format: 5 answers with the scores alone and shows ``diff_stats`` as lines
+and files. A grader trained on another version's transcripts must be retrained
+(``gagar grader sft --kind llm``). The grader's own opening (:data:`OPENING_TOOLS`) did not change the
+format: it writes the turns the version-5 transcripts open with."""
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -89,14 +88,13 @@ Score = Annotated[FiniteFloat, Strict()]
 
 
 class FinalAnswer(BaseModel):
-    """The model's final answer: scores (higher is better; the ranking follows, equal scores tied), a
-    list in alias order or keyed by alias, and/or tiers of aliases, best first (which then decide the
-    ranking)."""
+    """The model's final answer: scores per alias (higher is better; the ranking follows, equal scores
+    tied) and/or tiers of aliases, best first (which then decide the ranking)."""
 
     model_config = ConfigDict(extra="forbid")
 
     ranking: list[list[str]] | None = Field(default=None, min_length=1)
-    scores: list[Score] | dict[str, Score] | None = None
+    scores: dict[str, Score] | None = None
 
     @model_validator(mode="after")
     def _ranks_something(self) -> FinalAnswer:
@@ -104,20 +102,13 @@ class FinalAnswer(BaseModel):
             raise ValueError("a final answer needs 'ranking' or 'scores'")
         return self
 
-    def by_alias(self) -> dict[str, float] | None:
-        """The scores keyed by alias (a list's ``i``-th score is ``c{i+1}``'s); None without scores."""
-        if isinstance(self.scores, list):
-            return {f"c{i}": s for i, s in enumerate(self.scores, start=1)}
-        return self.scores
-
     def tiers(self) -> list[list[str]]:
         """The ranking, or the tiers the scores make (best first)."""
         if self.ranking is not None:
             return self.ranking
-        scores = self.by_alias()
-        assert scores is not None
+        assert self.scores is not None
         by_score: dict[float, list[str]] = {}
-        for alias, score in scores.items():
+        for alias, score in self.scores.items():
             by_score.setdefault(score, []).append(alias)
         return [by_score[s] for s in sorted(by_score, reverse=True)]
 
@@ -126,7 +117,7 @@ SYSTEM_PROMPT = """Rank patches that all pass the tests: best is targeted and mi
 Tools, for every candidate when "candidate" is left out: {"tool": "diff_stats"} (size), integrity_flags
 (test gaming), out_of_scope_edits, style_findings, files_touched, functions_touched, lint_delta,
 read_patch; also pairwise_diff {"a", "b"}, run_tests {"candidate", "tests"}, read_conversation.
-Finish: {"scores": [score of c1, score of c2, ...]}, higher is better."""
+Finish: {"scores": {"c1": S, ...}}, higher is better."""
 
 
 def _short(scope: str) -> str:
@@ -403,9 +394,9 @@ class LLMGrader:
         aliases = session.aliases
         # an unknown alias stays as it is, so the ranking check reports it as invented
         tiers = [[aliases.get(a, a) for a in tier] for tier in final.tiers()]
-        scores, by_alias = None, final.by_alias()
-        if by_alias is not None and set(by_alias) == set(aliases):
-            scores = {aliases[a]: float(s) for a, s in by_alias.items()}
+        scores = None
+        if final.scores is not None and set(final.scores) == set(aliases):
+            scores = {aliases[a]: float(s) for a, s in final.scores.items()}
         evidence = {
             tid: f"{alias}: " + (", ".join(sorted(set(session.used[alias]))) or "no tool calls")
             for alias, tid in aliases.items()

@@ -13,9 +13,10 @@ carries the Kendall tau between the teacher's scores and the oracle's totals (``
 catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
 well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form and
 the teacher calls only the two tools its penalty uses (:data:`~gagar.grader.llm.OPENING_TOOLS`, which
-the grader runs itself before the model's first request), and answers with the scores alone, as a list
-in alias order (version 6; version 5 keyed each score by its alias, version 4 also wrote a note line per
-candidate first), so a grading is one request and its answer a few tokens a candidate.
+the grader runs itself before the model's first request), and answers with the scores alone (version 5;
+version 4 wrote a note line per candidate first, about 60% of its answer), so a grading is one request
+and its answer about 8 tokens a candidate (a list in alias order would halve that, but a model trained
+on it miscounted: docs/results/grader-in-the-loop.md).
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -158,7 +159,7 @@ def teacher_transcript(
             ToolCall(tool="run_tests", args={"candidate": best, "tests": group.task.FAIL_TO_PASS[:3]})
         )
     messages.extend(opening_turns(session, calls))
-    messages.append({"role": "assistant", "content": json.dumps({"scores": list(scores.values())})})
+    messages.append({"role": "assistant", "content": json.dumps({"scores": scores})})
     return Transcript(group.group_id, messages, aliases, tiers, oracle_tau)
 
 
