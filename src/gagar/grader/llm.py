@@ -329,7 +329,7 @@ class LLMGrader:
 
     ``concurrency`` conversations may run at once (the client is thread-safe); ``max_candidates`` is
     the most candidates one conversation shows; ``opening`` the tools the grader runs before the model's
-    first request (``()``: the model calls every tool itself, the path before version 5's opening).
+    first request (``()``: the model calls every tool itself).
     """
 
     name = "llm"
