@@ -21,7 +21,8 @@ reproducible in one build environment (:func:`build_environment`: the torch buil
 kernels it dispatches to, transformers, numpy): one thread, fixed seeds, batches a pure function of
 ``(seed, step)``. Another CPU instruction set or library version computes other last bits, so the
 recipe keeps the probe hash of each environment the build was reproduced in
-(``gagar policy embedded --record-probe``, after checking the demonstrations are unchanged).
+(``gagar policy embedded --record-probe``, after checking the demonstrations are unchanged); a build
+that reaches any recorded hash reproduces that build bit for bit, whatever its environment.
 """
 
 from __future__ import annotations
@@ -332,12 +333,16 @@ def build_environment() -> dict[str, str]:
 
 
 def expected_probes(recipe: dict[str, Any], environment: dict[str, str]) -> list[str]:
-    """The step-``probe_step`` weight hashes a build in ``environment`` must reproduce: the one recorded
-    for that environment, else the shipped build's own (recorded without its environment)."""
+    """The step-``probe_step`` weight hashes a build in ``environment`` may reproduce: the one recorded
+    for that environment first, then every other recorded one and the shipped build's own. Any of
+    them is a bit-exact reproduction of a recorded build, so a library release that computes the same
+    bits (a new transformers patch release, say) needs nothing recorded; one that changes them matches
+    none until ``--record-probe`` records it."""
     recorded = [
-        r["probe_weights_sha256"] for r in recipe.get("reproduced_in", []) if r["environment"] == environment
+        (r["environment"] == environment, r["probe_weights_sha256"]) for r in recipe.get("reproduced_in", [])
     ]
-    return recorded or [recipe["probe_weights_sha256"]]
+    ordered = [h for same, h in recorded if same] + [h for same, h in recorded if not same]
+    return list(dict.fromkeys([*ordered, recipe["probe_weights_sha256"]]))
 
 
 def record_probe(folder: Path = SHIPPED_POLICY, settings: EmbeddedSettings | None = None) -> dict[str, Any]:
