@@ -279,13 +279,17 @@ def call_text(call: ToolCall) -> str:
     return json.dumps(call.model_dump(exclude_defaults=True), separators=(", ", ": "))
 
 
+def _result_turn(session: _Session, call: ToolCall) -> dict[str, str]:
+    """The user turn answering ``call``: its result through ``session``."""
+    return {"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"}
+
+
 def opening_turns(session: _Session, calls: Sequence[ToolCall]) -> list[dict[str, str]]:
     """The chat turns of ``calls`` run through ``session``: each call as an assistant turn, its result as
     the user turn after it."""
     turns = []
     for call in calls:
-        turns.append({"role": "assistant", "content": call_text(call)})
-        turns.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
+        turns += [{"role": "assistant", "content": call_text(call)}, _result_turn(session, call)]
     return turns
 
 
@@ -379,7 +383,7 @@ class LLMGrader:
                 call = ToolCall.model_validate(answer)
             except ValidationError as exc:
                 raise GraderFailure("schema_violation", f"neither a tool call nor a ranking: {exc}") from None
-            messages.append({"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"})
+            messages.append(_result_turn(session, call))
         raise GraderFailure("too_many_turns", f"no final ranking after {self.max_turns} turns")
 
     @staticmethod
