@@ -43,6 +43,7 @@ from transformers import PreTrainedTokenizerBase
 from gagar.policy.agent import AgentSettings
 from gagar.policy.agent_format import relevant_files
 from gagar.policy.tool_loop import ConversationTools
+from gagar.sandbox.shell_session import SessionError
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message
 
@@ -276,8 +277,6 @@ class SessionTools:
 
     def run(self, command: str, timeout_s: float) -> None:
         """Send ``command`` to the session (opening it first); :meth:`output` reads its answer."""
-        from gagar.sandbox.shell_session import SessionError
-
         try:
             self.session.begin(command, timeout_s)
         except SessionError as exc:
@@ -285,8 +284,6 @@ class SessionTools:
 
     def output(self) -> str:
         """The answer to the command :meth:`run` sent, or what made the session fail."""
-        from gagar.sandbox.shell_session import SessionError
-
         if self.infra_error is None:
             try:
                 return str(self.session.finish())
@@ -296,8 +293,6 @@ class SessionTools:
 
     @property
     def patch(self) -> str:
-        from gagar.sandbox.shell_session import SessionError
-
         if self._patch is None:  # a conversation that never opened its session changed nothing
             opened = self._session is not None
             try:
