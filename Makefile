@@ -41,7 +41,7 @@ test: install-dev system-deps lint
 	$(BIN)/pytest
 
 # The unit tiers only: lint, then every test not marked slow (end-to-end runs) or cluster.
-test-fast: install-dev lint
+test-fast: install-dev system-deps lint
 	$(BIN)/pytest -m "not slow and not cluster" -q
 
 WHEEL_VENV ?= .work/wheel-venv
