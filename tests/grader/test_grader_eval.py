@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -9,10 +10,23 @@ import pytest
 
 from gagar.grader.base import Ranking
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.sft import AXES, evaluate, load_labelled_groups, noise_groups, with_hacks
+from gagar.grader.kendall import kendall_tau_b
+from gagar.grader.sft import (
+    AXES,
+    HELD_OUT_KINDS,
+    KIND_SETS,
+    TRAINING_KINDS,
+    evaluate,
+    load_labelled_groups,
+    misleading_groups,
+    noise_groups,
+    with_hacks,
+)
+from gagar.grader.transcripts import teacher_transcript
 from gagar.grader.workspace import GroupWorkspace
 from gagar.records import write_records
 from gagar.tasks.generate import generate_task
+from gagar.tasks.noise import NOISE_KINDS, NoiseKind
 from gagar.tasks.oracle import score_patch
 
 GROUPS = noise_groups([generate_task(i, 41, "heldout", verify=False) for i in range(3)], groups_per_task=1)
@@ -56,3 +70,57 @@ def test_no_catalogue_groups_and_no_rollouts_is_a_clear_error(tmp_path: Path) ->
     assert len(load_labelled_groups(tasks, groups_per_task=1)) == 1
     with pytest.raises(ValueError, match="no group could be labelled"):
         load_labelled_groups(tasks, groups_per_task=0)  # rollout groups only, and none given
+
+
+MISLEADING_TASKS = [generate_task(i, 43, "heldout", verify=False) for i in range(6)]
+
+
+def _size_and_quality(group) -> tuple[list[int], list[float]]:  # type: ignore[no-untyped-def]
+    sizes = [score_patch(group.task, c.patch).diff_size for c in group.candidates]
+    return sizes, [group.labels[c.trajectory_id] for c in group.candidates]
+
+
+def test_misleading_groups_are_ones_where_size_ranks_no_better_than_chance() -> None:
+    groups = misleading_groups(MISLEADING_TASKS, groups_per_task=2, size=8, seed=3)
+    assert len(groups) >= 6
+    for group in groups:
+        assert 2 <= len(group.candidates) <= 8
+        assert len({c.patch for c in group.candidates}) == len(group.candidates)
+        sizes, quality = _size_and_quality(group)
+        assert len(set(quality)) == len(quality)  # one candidate per quality level: a strict order
+        assert group.labels == {
+            c.trajectory_id: score_patch(group.task, c.patch).quality for c in group.candidates
+        }
+        tau = kendall_tau_b([-s for s in sizes], quality)
+        assert tau != tau or tau <= 0.0  # NaN: equal sizes that differ in scope or style
+        # at least one pair where the smaller (or equal) patch is the worse one
+        pairs = list(zip(sizes, quality, strict=True))
+        assert any(sa <= sb and qa < qb for sa, qa in pairs for sb, qb in pairs)
+    assert misleading_groups(MISLEADING_TASKS, 2, 8, seed=3) == groups  # a function of the seed
+
+
+def test_misleading_groups_draw_from_the_kinds_given() -> None:
+    kinds = (NoiseKind.UNRELATED_FILE, NoiseKind.WIDENED_FIX)
+    groups = misleading_groups(MISLEADING_TASKS, groups_per_task=1, seed=5, kinds=kinds)
+    assert groups
+    for group in groups:
+        for c in group.candidates:
+            q = score_patch(group.task, c.patch)
+            another_file = q.files_beyond_gold >= 1
+            guard_in_the_fix = q.axes.out_of_scope == 0 and "is None:" in c.patch
+            assert c.patch == group.task.patch or another_file or guard_in_the_fix
+
+
+def test_the_held_out_kinds_are_named_and_kept_out_of_training() -> None:
+    assert set(HELD_OUT_KINDS).isdisjoint(TRAINING_KINDS)
+    assert set(HELD_OUT_KINDS) | set(TRAINING_KINDS) == set(NOISE_KINDS)
+    assert KIND_SETS["held-out"] == HELD_OUT_KINDS
+    assert KIND_SETS["training"] == TRAINING_KINDS
+
+
+def test_the_teacher_follows_the_oracle_where_size_misleads(tmp_path: Path) -> None:
+    groups = misleading_groups(MISLEADING_TASKS, groups_per_task=2, seed=3)
+    taus = [teacher_transcript(g, tmp_path, random.Random(0)).oracle_tau for g in groups]
+    assert sum(taus) / len(taus) >= 0.95
+    heuristic = evaluate(HeuristicGrader(), groups, reverse_check=False)
+    assert heuristic.kendall_tau >= 0.9  # the heuristic weighs scope too

@@ -59,7 +59,7 @@ def _grader(server: str, api: str = "chat", **kwargs: object) -> LLMGrader:
 
 def test_tool_loop_end_to_end(server: str, ws: GroupWorkspace) -> None:
     calls = [
-        {"tool": "out_of_scope_edits", "args": {"candidate": "c3"}},
+        {"tool": "functions_touched", "args": {"candidate": "c3"}},
         {"tool": "lint_delta", "args": {"candidate": "c2"}},
         {"tool": "pairwise_diff", "args": {"a": "c1", "b": "c2"}},
         {"tool": "diff_stats", "args": {"candidate": "c9"}},
@@ -71,14 +71,14 @@ def test_tool_loop_end_to_end(server: str, ws: GroupWorkspace) -> None:
         ["gold"], ["printy"], ["wide", "readme"]
     ]  # fmt: skip
     assert grade.scores == {"gold": 1.0, "printy": 0.5, "wide": 0.2, "readme": 0.2}
-    assert "out_of_scope_edits" not in grade.evidence["gold"]
+    assert "functions_touched" not in grade.evidence["gold"]
     sent = _requests(server)
     assert len(sent) == 5  # the opening is the grader's own: only the model's turns are requests
     first = [m["content"].split(":", 1)[0] for m in sent[0]["messages"] if m["role"] == "user"][1:]
     assert first == [f"TOOL RESULT {tool}" for tool in OPENING_TOOLS]
     results = [m["content"] for m in sent[-1]["messages"] if m["content"].startswith("TOOL RESULT")]
     results = results[len(OPENING_TOOLS) :]
-    assert '"out_of_scope": ["pkg/fmt.py:show"]' in results[0]
+    assert results[0] == 'TOOL RESULT functions_touched: ["pkg/calc.py:add", "pkg/fmt.py:show"]'
     assert '"T201": 1' in results[1]
     assert 'print("DEBUG", a, b)' in results[2]
     assert "unknown candidate 'c9'" in results[3]
@@ -216,7 +216,7 @@ def test_style_and_integrity_tools_answer_for_every_candidate(server: str, ws: G
     results = [
         m["content"] for m in _requests(server)[-1]["messages"] if m["content"].startswith("TOOL RESULT")
     ]
-    integrity, stats, style = results  # integrity_flags and diff_stats: the grader's opening
+    integrity, stats, _, _, style = results  # the grader's opening, then the model's own call
     assert style.splitlines() == ["TOOL RESULT style_findings: c1: 0", "c2: 1 (print call)", "c3: 0", "c4: 0"]
     assert integrity.splitlines() == ["TOOL RESULT integrity_flags: c1: 0", "c2: 0", "c3: 0", "c4: 0"]
     assert stats.splitlines() == [

@@ -45,7 +45,8 @@ class TeacherModel:
             self.shown.append(len(prompt.rsplit("Candidates: ", 1)[1].split(", ")))
         if self.barrier is not None:
             self.barrier.wait()
-        sizes = re.findall(r"\b(c\d+): (\d+) lines", messages[-1]["content"])
+        stats = next(m["content"] for m in messages if m["content"].startswith("TOOL RESULT diff_stats"))
+        sizes = re.findall(r"\b(c\d+): (\d+) lines", stats)
         notes = "\n".join(f"{alias}: {n} lines" for alias, n in sizes)
         scores = ", ".join(f'"{alias}": -{n}' for alias, n in sizes)
         return f'{notes}\n{{"scores": {{{scores}}}}}'

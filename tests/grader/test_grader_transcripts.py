@@ -14,7 +14,7 @@ from gagar.grader.base import grade_group
 from gagar.grader.kendall import kendall_tau_b
 from gagar.grader.llm import OPENING_TOOLS, FinalAnswer, LLMGrader, parse_json_object
 from gagar.grader.llm_client import ChatClient
-from gagar.grader.llm_sft import grader_sft_config, train_llm_grader
+from gagar.grader.llm_sft import TRANSCRIPTS_FILE, check_trained_opening, grader_sft_config, train_llm_grader
 from gagar.grader.sft import noise_groups, with_hacks
 from gagar.grader.transcripts import (
     FLAGGED_PENALTY,
@@ -62,7 +62,8 @@ def test_transcript_runs_the_tools_and_notes_what_they_show(groups, tmp_path: Pa
         assert scored[alias] == -visible_penalty(found)  # the score is the penalty, negated
         stats = tools.diff_stats(ws, tid)
         size = f"{alias}: {stats.added + stats.removed} lines, {stats.files} files"
-        assert f"\n{size}\n" in f"\n{results[-1].split(': ', 1)[1]}\n"  # the sizes scored come last
+        shown = results[OPENING_TOOLS.index("diff_stats")].split(": ", 1)[1]
+        assert f"\n{size}\n" in f"\n{shown}\n"  # every number scored is in the opening
     # the oracle judges the teacher: the catalogue ladder is ordered like the oracle's totals
     patches = {c.trajectory_id: c.patch for c in group.candidates}
     quality = [score_patch(group.task, patches[t]).quality for t in one.aliases.values()]
@@ -82,9 +83,17 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     assert json.loads(transcript.messages[-1]["content"])["scores"][hack] < -FLAGGED_PENALTY
 
 
-def test_visible_penalty_is_the_size_plus_the_flag_penalty() -> None:
-    assert visible_penalty(Evidence(lines=7, out_of_scope=3, style=1, flags=0)) == 7
-    assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY + 2
+def test_visible_penalty_weighs_the_oracles_axes() -> None:
+    assert visible_penalty(Evidence(lines=7, files=1, out_of_scope=0, style=0, flags=0)) == 7
+    assert visible_penalty(Evidence(lines=7, files=1, out_of_scope=3, style=1, flags=0)) == 7 + 6 + 1
+    assert visible_penalty(Evidence(lines=4, files=3, out_of_scope=2, style=0, flags=0)) == 4 + 4 + 8
+    assert (
+        visible_penalty(Evidence(lines=2, files=1, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY + 2
+    )
+    # a larger patch kept inside the fix ranks above a smaller one that edits other code, as the oracle has it
+    inside = Evidence(lines=4, files=1, out_of_scope=0, style=0, flags=0)
+    elsewhere = Evidence(lines=3, files=1, out_of_scope=1, style=0, flags=0)
+    assert visible_penalty(inside) < visible_penalty(elsewhere)
 
 
 def test_demos_carry_the_loss_on_assistant_turns_only(groups, tmp_path: Path) -> None:
@@ -145,3 +154,16 @@ def test_transcripts_of_eight_candidates_and_a_hack(tmp_path: Path) -> None:
         answer = FinalAnswer.model_validate(parse_json_object(t.messages[-1]["content"].splitlines()[-1]))
         assert sorted(answer.scores or {}) == sorted(t.aliases)
         assert t.oracle_tau >= 0.9
+
+
+def test_a_grader_trained_on_another_opening_is_refused(groups, tmp_path: Path) -> None:
+    transcript = teacher_transcript(groups[0], tmp_path / "ws", random.Random(0))
+    model_dir = tmp_path / "grader"
+    model_dir.mkdir()
+    check_trained_opening(model_dir)  # a model trained elsewhere (no transcripts beside it) passes
+    (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps(transcript.record()) + "\n")
+    check_trained_opening(model_dir)
+    older = [*transcript.messages[:6], transcript.messages[-1]]  # opened with flags and sizes only
+    (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps({"messages": older}) + "\n")
+    with pytest.raises(ValueError, match="open with integrity_flags, diff_stats; this version"):
+        check_trained_opening(model_dir)

@@ -21,6 +21,20 @@ app = typer.Typer(
 _FILE = {"exists": True, "dir_okay": False}
 
 
+class KindSet(StrEnum):
+    """Which catalogue kinds noise groups draw from (``gagar.grader.sft.KIND_SETS``)."""
+
+    ALL = "all"
+    TRAINING = "training"
+    HELD_OUT = "held-out"
+
+
+_KINDS_HELP = (
+    "Catalogue kinds the noise groups draw from: all, training (all but the held-out ones) or held-out "
+    "(duplicated_logic, unused_import, defensive_check)."
+)
+
+
 class GraderSFTKind(StrEnum):
     """What ``gagar grader sft`` trains."""
 
@@ -45,7 +59,11 @@ def sft(
     trajectories: Path | None = typer.Option(None, **_FILE, help="Rollout trajectories JSONL."),
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
-    groups_per_task: int = typer.Option(3, min=1, help="Noise groups built per task."),
+    groups_per_task: int = typer.Option(3, min=0, help="Noise groups (ladders) built per task."),
+    misleading_per_task: int = typer.Option(
+        0, min=0, help="Groups per task where size misleads (a larger patch is the better one)."
+    ),
+    kinds: KindSet = typer.Option(KindSet.ALL, help=_KINDS_HELP),
     min_candidates: int | None = typer.Option(
         None, min=2, max=16, help="Smallest noise group (default: llm 2, learned --max-candidates)."
     ),
@@ -71,7 +89,7 @@ def sft(
 ) -> None:
     """Build labelled groups and SFT-train a grader on them: the learned scorer, or the LLM grader on
     teacher transcripts."""
-    from gagar.grader.sft import load_labelled_groups, with_hacks, with_injections
+    from gagar.grader.sft import KIND_SETS, load_labelled_groups, with_hacks, with_injections
 
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
@@ -82,8 +100,9 @@ def sft(
         if smallest is not None and smallest > largest:
             raise ValueError(f"--min-candidates {smallest} exceeds --max-candidates {largest}")
         groups = load_labelled_groups(
-            tasks, trajectories, results, judgements, groups_per_task, seed, smallest, largest
-        )
+            tasks, trajectories, results, judgements, groups_per_task, seed, smallest, largest,
+            misleading_per_task, KIND_SETS[kinds],
+        )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     share = hack_share if hack_share is not None else (0.3 if kind is GraderSFTKind.LLM else 0.0)
@@ -130,8 +149,12 @@ def eval_(
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(
-        3, min=0, help="Noise groups built per task (0: rollout groups only)."
+        3, min=0, help="Noise groups (ladders) built per task (0: rollout groups only)."
     ),
+    misleading_per_task: int = typer.Option(
+        0, min=0, help="Groups per task where size misleads (a larger patch is the better one)."
+    ),
+    kinds: KindSet = typer.Option(KindSet.ALL, help=_KINDS_HELP),
     hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
     min_candidates: int | None = typer.Option(
         None, min=2, max=16, help="Smallest noise group; each draws min..max candidates (default: max each)."
@@ -152,12 +175,13 @@ def eval_(
     """Report a grader's agreement with held-out labels: Kendall's tau, top-1, agreement per oracle axis,
     fallbacks, position disagreement under candidate reversal, hack recall and seconds per group."""
     from gagar.grader.run import make_grader
-    from gagar.grader.sft import evaluate, load_labelled_groups, with_hacks
+    from gagar.grader.sft import KIND_SETS, evaluate, load_labelled_groups, with_hacks
 
     try:
         groups = load_labelled_groups(
-            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates, max_candidates
-        )
+            tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates, max_candidates,
+            misleading_per_task, KIND_SETS[kinds],
+        )  # fmt: skip
         chosen = make_grader(
             grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]
             max_turns=max_turns, timeout_s=timeout, max_tokens=max_tokens,

@@ -148,12 +148,14 @@ def grader(
     import signal
     import time
 
+    from gagar.grader.llm_sft import check_trained_opening
     from gagar.policy.model import serving_dtype
     from gagar.policy.vllm_server import PolicyServerError, find_vllm_python, start_policy_server
 
     if engine not in ("auto", "vllm", "own"):
         raise typer.BadParameter(f"engine must be auto, vllm or own, got {engine!r}")
     try:
+        check_trained_opening(model)
         precision = serving_dtype(dtype)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

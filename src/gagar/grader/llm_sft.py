@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from gagar.grader.llm import OPENING_TOOLS, VERSION
 from gagar.grader.sft import LabelledGroup
 from gagar.grader.transcripts import Transcript, teacher_transcript, transcript_demos
 from gagar.policy.demos import Demonstration
@@ -42,6 +43,7 @@ __all__ = [
     "GRADER_SFT_DEFAULTS",
     "PRETRAINED_GRADER_DEFAULTS",
     "build_transcripts",
+    "check_trained_opening",
     "grader_sft_config",
     "train_llm_grader",
 ]
@@ -115,6 +117,34 @@ def build_transcripts(
             rng = random.Random(f"{seed}:{group.group_id}")
             out.append(teacher_transcript(group, Path(tmp), rng, backend))
     return out
+
+
+def check_trained_opening(model_dir: Path) -> None:
+    """Refuse a grader trained on transcripts that open otherwise than this version's grader does
+    (:data:`~gagar.grader.llm.OPENING_TOOLS`): its answers would follow tool outputs it never saw. A
+    folder without ``transcripts.jsonl`` (a model trained elsewhere) passes.
+
+    Raises:
+        ValueError: naming the folder, the opening it was trained on and this version's.
+    """
+    path = model_dir / TRANSCRIPTS_FILE
+    if not path.is_file():
+        return
+    with path.open() as f:
+        first = json.loads(f.readline() or "{}")
+    calls = []
+    for m in first.get("messages", [])[2:]:
+        if m["role"] == "assistant":
+            tool = json.loads(m["content"]).get("tool") if m["content"].startswith('{"tool"') else None
+            if tool is None:
+                break
+            calls.append(tool)
+    if tuple(calls) != OPENING_TOOLS:
+        raise ValueError(
+            f"{model_dir}: trained on transcripts that open with {', '.join(calls) or 'no tool'}; this "
+            f"version's grader opens with {', '.join(OPENING_TOOLS)} (transcript format {VERSION}): "
+            "retrain it with `gagar grader sft --kind llm`"
+        )
 
 
 def _chatml(t: Transcript) -> str:

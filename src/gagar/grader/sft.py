@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -45,10 +45,14 @@ from gagar.tasks.noise import NOISE_KINDS, NoiseKind, NoiseNotApplicable, add_no
 from gagar.tasks.oracle import score_patch
 
 __all__ = [
+    "HELD_OUT_KINDS",
+    "KIND_SETS",
+    "TRAINING_KINDS",
     "EvalReport",
     "LabelledGroup",
     "evaluate",
     "load_labelled_groups",
+    "misleading_groups",
     "noise_groups",
     "rollout_groups",
     "train_grader",
@@ -73,10 +77,17 @@ class LabelledGroup:
         return build_group_workspace(root, self.group_id, self.task, self.candidates, passed)
 
 
-def _ladder(task: Task, size: int, rng: random.Random, with_gold: bool) -> list[str]:
-    """Up to ``size`` distinct patches of strictly falling oracle total: the gold patch (``with_gold``), then
-    the gold patch plus a growing, randomly ordered list of catalogue kinds, each with amount 1 or 2."""
-    kinds = list(NOISE_KINDS)
+def _ladder(
+    task: Task,
+    size: int,
+    rng: random.Random,
+    with_gold: bool,
+    kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
+) -> list[str]:
+    """Up to ``size`` distinct patches of strictly falling oracle total: the gold patch (``with_gold``),
+    then the gold patch plus a growing, randomly ordered list of catalogue ``kinds``, each with amount 1
+    or 2."""
+    kinds = list(kinds)
     rng.shuffle(kinds)
     applied: list[NoiseKind] = []
     patches = [task.patch] if with_gold else []
@@ -101,10 +112,11 @@ def noise_groups(
     seed: int = 0,
     gold_share: float = 0.7,
     min_size: int | None = None,
+    kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
 ) -> list[LabelledGroup]:
     """Groups of oracle-labelled catalogue candidates spanning ``size`` quality levels where the task allows:
     the gold patch (in a ``gold_share`` of groups) and variants carrying more and more unnecessary
-    modifications (see :func:`_ladder`). With ``min_size`` each group draws its size from
+    modifications of ``kinds`` (see :func:`_ladder`). With ``min_size`` each group draws its size from
     ``min_size..size``, as real rollout groups vary in how many of their answers pass.
 
     Candidate ids are ``<group>/c<i>`` in a shuffled order, so position says nothing about quality.
@@ -116,7 +128,7 @@ def noise_groups(
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
             n = size if min_size is None else rng.randint(min_size, size)
-            patches = list(dict.fromkeys(_ladder(task, n, rng, rng.random() < gold_share)))
+            patches = list(dict.fromkeys(_ladder(task, n, rng, rng.random() < gold_share, kinds)))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
@@ -124,6 +136,96 @@ def noise_groups(
             candidates = [CandidateInput(t, p) for t, p in zip(ids, patches, strict=True)]
             if len(candidates) >= 2:
                 out.append(LabelledGroup(group_id, task, candidates, labels))
+    return out
+
+
+HELD_OUT_KINDS = (NoiseKind.DUPLICATED_LOGIC, NoiseKind.UNUSED_IMPORT, NoiseKind.DEFENSIVE_CHECK)
+"""Catalogue kinds kept out of the LLM grader's training (``gagar grader sft --hold-out-kinds``) so that
+groups built from them alone are held out by construction: a repeated computation inside the fix, an unused
+import at module level, a guard in a function the fix does not touch."""
+TRAINING_KINDS = tuple(k for k in NOISE_KINDS if k not in HELD_OUT_KINDS)
+KIND_SETS: dict[str, tuple[NoiseKind, ...]] = {
+    "all": tuple(NOISE_KINDS),
+    "training": TRAINING_KINDS,
+    "held-out": HELD_OUT_KINDS,
+}
+"""The kinds noise groups may draw from, by the name ``--kinds`` takes."""
+
+
+def _variants(task: Task, kinds: Sequence[NoiseKind], rng: random.Random) -> list[str]:
+    """The gold patch, the gold patch plus each kind once and twice, and plus random pairs of kinds."""
+    recipes: list[list[NoiseKind]] = [[k] * amount for k in kinds for amount in (1, 2)]
+    pairs = [[a, b] for i, a in enumerate(kinds) for b in kinds[i + 1 :]]
+    recipes += rng.sample(pairs, min(len(pairs), 2 * len(kinds)))
+    patches = [task.patch]
+    noise_seed = rng.randrange(1 << 30)
+    for recipe in recipes:
+        try:
+            patches.append(add_noise(task, task.patch, recipe, rng=noise_seed))
+        except NoiseNotApplicable:
+            continue
+    return list(dict.fromkeys(patches))
+
+
+class _Variant(NamedTuple):
+    patch: str
+    size: int
+    """Changed lines (:attr:`gagar.tasks.oracle.PatchQuality.diff_size`)."""
+    quality: float
+
+
+def _size_tau(sizes: Sequence[int], quality: Sequence[float]) -> float:
+    """Kendall tau-b between smaller-is-better and the oracle: how well size alone ranks the candidates."""
+    return kendall_tau_b([-s for s in sizes], list(quality))
+
+
+def misleading_groups(
+    tasks: Sequence[Task],
+    groups_per_task: int = 2,
+    size: int = 8,
+    seed: int = 0,
+    min_size: int = 2,
+    kinds: Sequence[NoiseKind] = TRAINING_KINDS,
+    max_size_tau: float = 0.0,
+) -> list[LabelledGroup]:
+    """Groups where a candidate's size misleads: oracle-labelled variants of the gold patch (``kinds`` once,
+    twice and in pairs, see :func:`_variants`), one per quality level, chosen so that ranking by size
+    disagrees with the oracle about as often as it agrees (:func:`_size_tau` at most ``max_size_tau``): a
+    larger patch whose extra lines stay in the fixed function above a smaller one that edits other code,
+    equal sizes that differ in scope or style.
+
+    Each group starts from a random pair where the smaller patch is the worse one and adds the other
+    variants in a random order while size still misleads, up to a size drawn from ``min_size..size``;
+    a task with no such pair gives no group.
+    """
+    if not 2 <= min_size <= size:
+        raise ValueError(f"min_size must be between 2 and size={size}, got {min_size}")
+    out = []
+    for task in tasks:
+        for g in range(groups_per_task):
+            rng = random.Random(f"{seed}:misleading:{task.instance_id}:{g}")
+            levels: dict[float, _Variant] = {}
+            for patch in _variants(task, kinds, rng):
+                q = score_patch(task, patch)
+                levels.setdefault(round(q.quality, 6), _Variant(patch, q.diff_size, q.quality))
+            pool = list(levels.values())
+            misled = [(a, b) for a in pool for b in pool if a.size <= b.size and a.quality < b.quality]
+            if not misled:
+                continue
+            chosen = list(rng.choice(misled))
+            n = rng.randint(min_size, size)
+            for extra in rng.sample(pool, len(pool)):
+                if len(chosen) >= n:
+                    break
+                trial = chosen if extra in chosen else [*chosen, extra]
+                if _size_tau([v.size for v in trial], [v.quality for v in trial]) <= max_size_tau:
+                    chosen = trial
+            rng.shuffle(chosen)
+            group_id = f"{task.instance_id}/m{g}"
+            ids = [f"{group_id}/c{i}" for i in range(len(chosen))]
+            labels = {t: v.quality for t, v in zip(ids, chosen, strict=True)}
+            candidates = [CandidateInput(t, v.patch) for t, v in zip(ids, chosen, strict=True)]
+            out.append(LabelledGroup(group_id, task, candidates, labels))
     return out
 
 
@@ -428,23 +530,26 @@ def load_labelled_groups(
     seed: int = 0,
     min_candidates: int | None = None,
     max_candidates: int = 5,
+    misleading_per_task: int = 0,
+    kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
 ) -> list[LabelledGroup]:
-    """Noise groups of every task with a bundled snapshot (ladders of up to ``max_candidates``, each
-    drawing its size from ``min_candidates..max_candidates`` when that is given), plus rollout groups
-    when trajectories and results are given (labelled by the judgements file when given, else by the
-    oracle).
+    """Noise groups of every task with a bundled snapshot (``groups_per_task`` ladders of up to
+    ``max_candidates``, each drawing its size from ``min_candidates..max_candidates`` when that is given,
+    and ``misleading_per_task`` groups where size misleads, both from the catalogue ``kinds``), plus
+    rollout groups when trajectories and results are given (labelled by the judgements file when given,
+    else by the oracle).
 
     Raises:
         ValueError: if only one of trajectories/results is given, or nothing can be labelled.
     """
     tasks = read_records(tasks_path, Task)
+    bundled = [t for t in tasks if t.snapshot is not None]
     groups = noise_groups(
-        [t for t in tasks if t.snapshot is not None],
-        groups_per_task,
-        size=max_candidates,
-        seed=seed,
-        min_size=min_candidates,
+        bundled, groups_per_task, size=max_candidates, seed=seed, min_size=min_candidates, kinds=kinds
     )
+    if misleading_per_task:
+        smallest = min_candidates or 2
+        groups += misleading_groups(bundled, misleading_per_task, max_candidates, seed, smallest, kinds)
     if (trajectories_path is None) != (results_path is None):
         raise ValueError("rollout groups need both --trajectories and --results")
     if trajectories_path is not None and results_path is not None:
