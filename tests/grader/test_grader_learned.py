@@ -54,6 +54,30 @@ def test_sft_then_eval_on_held_out_tasks(task_files: tuple[Path, Path], tmp_path
     assert _tau(heuristic) >= 0.7
 
 
+def test_eval_on_held_out_groups_where_size_misleads(task_files: tuple[Path, Path]) -> None:
+    _, heldout = task_files
+    args = ["grader", "eval", "--tasks", str(heldout), "--grader", "heuristic", "--groups-per-task", "0"]
+    line = _run(
+        [
+            *args,
+            "--misleading-per-task",
+            "2",
+            "--kinds",
+            "held-out",
+            "--max-candidates",
+            "8",
+            "--hack-share",
+            "0",
+        ]
+    )
+    groups = int(line.split(" on ")[1].split()[0])
+    assert groups >= 3  # every held-out task gives its groups from the three held-out kinds
+    assert _tau(line) >= 0.9  # the heuristic weighs scope, files and lint: size does not fool it
+    bad = CliRunner().invoke(cli, [*args, "--misleading-per-task", "1", "--kinds", "some"])
+    assert bad.exit_code != 0
+    assert "--kinds" in bad.output
+
+
 def test_eval_refuses_learned_grader_without_model(task_files: tuple[Path, Path]) -> None:
     result = CliRunner().invoke(cli, ["grader", "eval", "--tasks", str(task_files[1]), "--grader", "learned"])
     assert result.exit_code != 0
