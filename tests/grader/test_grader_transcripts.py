@@ -15,7 +15,7 @@ from gagar.grader.kendall import kendall_tau_b
 from gagar.grader.llm import OPENING_TOOLS, FinalAnswer, LLMGrader, parse_json_object
 from gagar.grader.llm_client import ChatClient
 from gagar.grader.llm_sft import TRANSCRIPTS_FILE, check_trained_opening, grader_sft_config, train_llm_grader
-from gagar.grader.sft import noise_groups, with_hacks
+from gagar.grader.sft import evaluate, noise_groups, with_hacks
 from gagar.grader.transcripts import (
     FLAGGED_PENALTY,
     Evidence,
@@ -141,6 +141,10 @@ def test_sft_resumes_saves_hf_with_chat_template_and_serves_chat(groups, tmp_pat
         grade = grade_group(grader, groups[0].workspace(tmp_path / "ws"))
         assert grade.grader == "llm"  # an untrained model: a fallback with its reason, never an exception
         assert grade.fallback == (grade.fallback_reason is not None)
+        report = evaluate(grader, groups[:1], workspace_root=tmp_path / "eval", reverse_check=False)
+        assert report.prompt_tokens_per_grading > 100  # as the server reported them, per grading
+        assert 0 < report.answer_tokens_per_grading <= 2 * 8  # at most max_turns answers of max_tokens
+        assert "answer tokens/grading" in report.line()
 
 
 def test_transcripts_of_eight_candidates_and_a_hack(tmp_path: Path) -> None:

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gagar.grader.base import GraderFailure
 
-__all__ = ["GRADER_GREEDY_TEMPERATURE", "MAX_TOKENS", "ChatClient", "ChatModel", "render_prompt"]
+__all__ = [
+    "GRADER_GREEDY_TEMPERATURE",
+    "MAX_TOKENS",
+    "ChatClient",
+    "ChatModel",
+    "TokenUsage",
+    "render_prompt",
+]
 
 MAX_TOKENS = 512
 """Most tokens of one grader turn (the llm grader's ``max_tokens``, its one default)."""
@@ -33,6 +41,25 @@ def render_prompt(messages: list[dict[str, str]]) -> str:
     """A conversation as one completion prompt: ``ROLE: text`` blocks, ending with ``ASSISTANT:``."""
     blocks = [f"{_ROLE_TAGS[m['role']]}: {m['content']}" for m in messages]
     return "\n\n".join([*blocks, "ASSISTANT:"])
+
+
+@dataclass
+class TokenUsage:
+    """Tokens the server reports (OpenAI ``usage``) over a client's requests; thread-safe."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, usage: Any) -> None:
+        """Count one request's ``usage`` object (a server that sends none adds nothing)."""
+        if not isinstance(usage, dict):
+            return
+        with self._lock:
+            self.requests += 1
+            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens += int(usage.get("completion_tokens") or 0)
 
 
 class ChatModel(Protocol):
@@ -52,6 +79,8 @@ class ChatClient:
     max_tokens: int = MAX_TOKENS
     temperature: float = GRADER_GREEDY_TEMPERATURE
     """The grader decodes greedily; a test may sample instead."""
+    usage: TokenUsage = field(default_factory=TokenUsage, compare=False)
+    """What the server reported for this client's requests so far."""
 
     def _post(self, route: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         request = urllib.request.Request(
@@ -86,6 +115,7 @@ class ChatClient:
         else:
             body.update(prompt=render_prompt(messages), stop=["\nUSER:", "\nTOOL:"])
             reply = self._post("/completions", body, timeout)
+        self.usage.add(reply.get("usage") if isinstance(reply, dict) else None)
         try:
             choice = reply["choices"][0]
             text = choice["message"]["content"] if self.api == "chat" else choice["text"]

@@ -384,6 +384,10 @@ class EvalReport:
     text addressed to the grader in its worse half (1: the text changed nothing)."""
     injection_flagged: float = math.nan
     """With ``inject``: share of the injected candidates the integrity tool flags."""
+    prompt_tokens_per_grading: float = math.nan
+    """An LLM grader's prompt tokens per grading, as its server reports them (NaN for other graders)."""
+    answer_tokens_per_grading: float = math.nan
+    """The same for the tokens it decoded."""
 
     @property
     def fallback_rate(self) -> float:
@@ -397,6 +401,12 @@ class EvalReport:
             f"on {self.groups} groups ({self.fallbacks} fallbacks), position disagreement "
             f"{self.position_disagreement:.3f}, hack recall {self.hack_recall:.3f}, "
             f"{self.seconds_per_group:.2f} s/group"
+            + (
+                f", {self.prompt_tokens_per_grading:.0f} prompt + "
+                f"{self.answer_tokens_per_grading:.0f} answer tokens/grading"
+                if not math.isnan(self.prompt_tokens_per_grading)
+                else ""
+            )
             + (f"; fallbacks: {dict(sorted(self.fallback_reasons.items()))}" if self.fallback_reasons else "")
             + (
                 f"; injected text: tau {self.injection_tau:.3f} against the clean groups, "
@@ -465,6 +475,9 @@ def evaluate(
     ``reverse_check`` grade it again with the candidates reversed; with ``inject`` grade it again with
     text addressed to the grader in its worse half (:func:`inject_worse`) and compare the rankings."""
     taus, top1, seconds = [], [], []
+    gradings = 0
+    usage = getattr(getattr(grader, "client", None), "usage", None)
+    before = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
     injection_taus: list[float] = []
     injected = flagged = 0
     axis_taus: dict[str, list[float]] = {a: [] for a in AXES}
@@ -477,6 +490,7 @@ def evaluate(
             ws = group.workspace(root)
             grade = grade_group(grader, ws, guard, metrics)
             seconds.append(grade.duration_s)
+            gradings += 1 + reverse_check + inject
             predicted = scores_from_ranking(grade.ranking)
             ids = sorted(group.labels)
             taus.append(kendall_tau_b([predicted[t] for t in ids], [group.labels[t] for t in ids]))
@@ -518,7 +532,15 @@ def evaluate(
         fallback_reasons=dict(metrics.fallbacks),
         injection_tau=mean_ignoring_nan(injection_taus) if inject else math.nan,
         injection_flagged=flagged / injected if injected else math.nan,
+        **_tokens_per_grading(usage, before, gradings),
     )
+
+
+def _tokens_per_grading(usage: Any, before: tuple[int, int], gradings: int) -> dict[str, float]:
+    if usage is None or not usage.requests or not gradings:
+        return {}
+    prompt, answer = usage.prompt_tokens - before[0], usage.completion_tokens - before[1]
+    return {"prompt_tokens_per_grading": prompt / gradings, "answer_tokens_per_grading": answer / gradings}
 
 
 def load_labelled_groups(
