@@ -140,9 +140,9 @@ def noise_groups(
 
 
 HELD_OUT_KINDS = (NoiseKind.DUPLICATED_LOGIC, NoiseKind.UNUSED_IMPORT, NoiseKind.DEFENSIVE_CHECK)
-"""Catalogue kinds kept out of the LLM grader's training (``gagar grader sft --hold-out-kinds``) so that
-groups built from them alone are held out by construction: a repeated computation inside the fix, an unused
-import at module level, a guard in a function the fix does not touch."""
+"""Catalogue kinds kept out of a grader's training (``gagar grader sft --kinds training``) so that groups
+built from them alone (``--kinds held-out``) are held out by construction: a repeated computation inside
+the fix, an unused import at module level, a guard in a function the fix does not touch."""
 TRAINING_KINDS = tuple(k for k in NOISE_KINDS if k not in HELD_OUT_KINDS)
 KIND_SETS: dict[str, tuple[NoiseKind, ...]] = {
     "all": tuple(NOISE_KINDS),
@@ -194,9 +194,9 @@ def misleading_groups(
     larger patch whose extra lines stay in the fixed function above a smaller one that edits other code,
     equal sizes that differ in scope or style.
 
-    Each group starts from a random pair where the smaller patch is the worse one and adds the other
-    variants in a random order while size still misleads, up to a size drawn from ``min_size..size``;
-    a task with no such pair gives no group.
+    Each group starts from a random pair where the smaller (or equally large) patch is the worse one, then
+    adds the other variants in a random order while size still misleads, up to a size drawn from
+    ``min_size..size``; a task with no such pair gives no group.
     """
     if not 2 <= min_size <= size:
         raise ValueError(f"min_size must be between 2 and size={size}, got {min_size}")
