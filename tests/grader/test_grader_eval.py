@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from gagar.grader.sft import (
     noise_groups,
     with_hacks,
 )
-from gagar.grader.transcripts import teacher_transcript
 from gagar.grader.workspace import GroupWorkspace
 from gagar.records import write_records
 from gagar.tasks.generate import generate_task
@@ -118,9 +116,7 @@ def test_the_held_out_kinds_are_named_and_kept_out_of_training() -> None:
     assert KIND_SETS["training"] == TRAINING_KINDS
 
 
-def test_the_teacher_follows_the_oracle_where_size_misleads(tmp_path: Path) -> None:
+def test_the_heuristic_is_not_fooled_where_size_misleads() -> None:
     groups = misleading_groups(MISLEADING_TASKS, groups_per_task=2, seed=3)
-    taus = [teacher_transcript(g, tmp_path, random.Random(0)).oracle_tau for g in groups]
-    assert sum(taus) / len(taus) >= 0.95
     heuristic = evaluate(HeuristicGrader(), groups, reverse_check=False)
-    assert heuristic.kendall_tau >= 0.9  # the heuristic weighs scope too
+    assert heuristic.kendall_tau >= 0.9  # it weighs lines out of scope, extra files and lint, not size alone

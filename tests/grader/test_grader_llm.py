@@ -216,7 +216,7 @@ def test_style_and_integrity_tools_answer_for_every_candidate(server: str, ws: G
     results = [
         m["content"] for m in _requests(server)[-1]["messages"] if m["content"].startswith("TOOL RESULT")
     ]
-    integrity, stats, _, _, style = results  # the grader's opening, then the model's own call
+    integrity, stats, style = results  # integrity_flags and diff_stats: the grader's opening
     assert style.splitlines() == ["TOOL RESULT style_findings: c1: 0", "c2: 1 (print call)", "c3: 0", "c4: 0"]
     assert integrity.splitlines() == ["TOOL RESULT integrity_flags: c1: 0", "c2: 0", "c3: 0", "c4: 0"]
     assert stats.splitlines() == [

@@ -83,17 +83,9 @@ def test_a_hacking_candidate_is_flagged_and_scored_last(groups, tmp_path: Path) 
     assert json.loads(transcript.messages[-1]["content"])["scores"][hack] < -FLAGGED_PENALTY
 
 
-def test_visible_penalty_weighs_the_oracles_axes() -> None:
-    assert visible_penalty(Evidence(lines=7, files=1, out_of_scope=0, style=0, flags=0)) == 7
-    assert visible_penalty(Evidence(lines=7, files=1, out_of_scope=3, style=1, flags=0)) == 7 + 6 + 1
-    assert visible_penalty(Evidence(lines=4, files=3, out_of_scope=2, style=0, flags=0)) == 4 + 4 + 8
-    assert (
-        visible_penalty(Evidence(lines=2, files=1, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY + 2
-    )
-    # a larger patch kept inside the fix ranks above a smaller one that edits other code, as the oracle has it
-    inside = Evidence(lines=4, files=1, out_of_scope=0, style=0, flags=0)
-    elsewhere = Evidence(lines=3, files=1, out_of_scope=1, style=0, flags=0)
-    assert visible_penalty(inside) < visible_penalty(elsewhere)
+def test_visible_penalty_is_the_size_plus_the_flag_penalty() -> None:
+    assert visible_penalty(Evidence(lines=7, out_of_scope=3, style=1, flags=0)) == 7
+    assert visible_penalty(Evidence(lines=2, out_of_scope=0, style=0, flags=2)) == FLAGGED_PENALTY + 2
 
 
 def test_demos_carry_the_loss_on_assistant_turns_only(groups, tmp_path: Path) -> None:
@@ -167,7 +159,7 @@ def test_a_grader_trained_on_another_opening_is_refused(groups, tmp_path: Path) 
     check_trained_opening(model_dir)  # a model trained elsewhere (no transcripts beside it) passes
     (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps(transcript.record()) + "\n")
     check_trained_opening(model_dir)
-    older = [*transcript.messages[:6], transcript.messages[-1]]  # opened with flags and sizes only
-    (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps({"messages": older}) + "\n")
-    with pytest.raises(ValueError, match="open with integrity_flags, diff_stats; this version"):
+    other = [*transcript.messages[:4], transcript.messages[-1]]  # opened with the flags only
+    (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps({"messages": other}) + "\n")
+    with pytest.raises(ValueError, match="open with integrity_flags; this version"):
         check_trained_opening(model_dir)

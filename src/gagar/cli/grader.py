@@ -60,8 +60,11 @@ def sft(
     results: Path | None = typer.Option(None, **_FILE, help="Sandbox results JSONL of the trajectories."),
     judgements: Path | None = typer.Option(None, **_FILE, help="Grades JSONL labelling rollout groups."),
     groups_per_task: int = typer.Option(3, min=0, help="Noise groups (ladders) built per task."),
-    misleading_per_task: int = typer.Option(
-        0, min=0, help="Groups per task where size misleads (a larger patch is the better one)."
+    misleading_per_task: int | None = typer.Option(
+        None,
+        min=0,
+        help="Groups per task where size misleads, a larger patch being the better one (default: learned "
+        "1, llm 0: the LLM teacher scores size).",
     ),
     kinds: KindSet = typer.Option(KindSet.ALL, help=_KINDS_HELP),
     min_candidates: int | None = typer.Option(
@@ -89,7 +92,13 @@ def sft(
 ) -> None:
     """Build labelled groups and SFT-train a grader on them: the learned scorer, or the LLM grader on
     teacher transcripts."""
-    from gagar.grader.sft import KIND_SETS, load_labelled_groups, with_hacks, with_injections
+    from gagar.grader.sft import (
+        KIND_SETS,
+        LEARNED_MISLEADING_PER_TASK,
+        load_labelled_groups,
+        with_hacks,
+        with_injections,
+    )
 
     if kind is GraderSFTKind.LEARNED and (init is not None or full):
         raise typer.BadParameter("--init and --full apply to --kind llm")
@@ -97,11 +106,16 @@ def sft(
         llm = kind is GraderSFTKind.LLM
         smallest = min_candidates if min_candidates else (2 if llm else None)
         largest = max_candidates if max_candidates else (8 if llm else 5)
+        misleading = (
+            misleading_per_task
+            if misleading_per_task is not None
+            else (0 if llm else LEARNED_MISLEADING_PER_TASK)
+        )
         if smallest is not None and smallest > largest:
             raise ValueError(f"--min-candidates {smallest} exceeds --max-candidates {largest}")
         groups = load_labelled_groups(
             tasks, trajectories, results, judgements, groups_per_task, seed, smallest, largest,
-            misleading_per_task, KIND_SETS[kinds],
+            misleading, KIND_SETS[kinds],
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None

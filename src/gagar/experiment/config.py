@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gagar.advantage import Estimator
 from gagar.grader.run import GraderKind
+from gagar.grader.sft import LEARNED_MISLEADING_PER_TASK
 from gagar.policy.agent import AgentSettings
 from gagar.schema.trajectory import MaxNewTokens, Temperature, TopP
 from gagar.train.config import SandboxSettings, TrainConfig, read_yaml_mapping
@@ -88,6 +89,8 @@ class GraderSFTSettings(_Section):
 
     groups_per_task: int = Field(default=3, ge=1)
     """Noise groups built per training task."""
+    misleading_per_task: int = Field(default=LEARNED_MISLEADING_PER_TASK, ge=0)
+    """Groups per training task where size misleads (``gagar grader sft --misleading-per-task``)."""
     epochs: int = Field(default=300, ge=1)
     """Full-batch training epochs."""
     seed: int = 0

@@ -148,7 +148,12 @@ def ensure_learned_grader(config: ExperimentConfig, progress: bool = True) -> Pa
         return out
     started = time.perf_counter()
     s = config.grader_sft
-    groups = load_labelled_groups(config.train_tasks, groups_per_task=s.groups_per_task, seed=s.seed)
+    groups = load_labelled_groups(
+        config.train_tasks,
+        groups_per_task=s.groups_per_task,
+        seed=s.seed,
+        misleading_per_task=s.misleading_per_task,
+    )
     train_grader(groups, out, ScorerConfig(epochs=s.epochs, seed=s.seed), progress=progress)
     _append(config.out_dir / TIMING, {"kind": "grader_sft", "seconds": time.perf_counter() - started})
     return out

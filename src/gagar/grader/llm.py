@@ -54,10 +54,11 @@ __all__ = [
     "user_prompt",
 ]
 
-VERSION = "6"
-"""The prompt and transcript format: 6 opens with four tools (:data:`OPENING_TOOLS`, scope and style
-beside flags and size) and answers with the scores alone; 5 opened with flags and size only. A grader
-trained on another version's transcripts must be retrained (``gagar grader sft --kind llm``)."""
+VERSION = "5"
+"""The prompt and transcript format: 5 answers with the scores alone and shows ``diff_stats`` as lines
+and files. A grader trained on another version's transcripts must be retrained
+(``gagar grader sft --kind llm``). The grader's own opening (:data:`OPENING_TOOLS`) did not change the
+format: it writes the turns the version-5 transcripts open with."""
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -267,11 +268,10 @@ class _Session:
         return _jsonable(tools.run_tests(self.ws, self._id(a, "candidate"), tests, self.backend))
 
 
-OPENING_TOOLS = ("integrity_flags", "diff_stats", "out_of_scope_edits", "style_findings")
-"""The overview every grading opens with, for every candidate at once, in this order: the flags, the
-sizes, the lines outside the code the failing tests reach, the style findings. The grader runs them
-itself rather than asking the model to (fewer requests a grading, and no decoding of calls that are the
-same in every grading); the teacher's transcripts open the same way."""
+OPENING_TOOLS = ("integrity_flags", "diff_stats")
+"""The overview every grading opens with, for every candidate at once, in this order: the flags and the
+sizes. The grader runs them itself rather than asking the model to (two fewer requests a grading, and no
+decoding of calls that are the same in every grading); the teacher's transcripts open the same way."""
 
 
 def call_text(call: ToolCall) -> str:

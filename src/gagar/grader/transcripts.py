@@ -6,19 +6,17 @@ aliases in an order shuffled per example, calls the inspection tools through the
 and ends with the pointwise final JSON, a score per candidate in alias order.
 
 What the teacher writes is predictable from what the grader sees: each score is minus the candidate's
-:func:`visible_penalty`, the oracle's axes as the opening tools show them (changed lines from
-``diff_stats``, twice the lines ``out_of_scope_edits`` puts outside the code the failing tests reach,
-four per file beyond one, one per ``style_findings`` finding, plus :data:`FLAGGED_PENALTY` for a
-candidate ``integrity_flags`` flags). Size alone would mislead where a larger patch keeps its extra lines
-inside the fix and a smaller one edits other code (:func:`gagar.grader.sft.misleading_groups`); the
-penalty weighs scope, files and style as the oracle does (twice its penalty, up to gold's constant size).
-The gold patch and the oracle's axes never reach the transcript; the oracle
-(:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript carries the Kendall
-tau between the teacher's scores and the oracle's totals (``oracle_tau``). Tool outputs are the compact
-all-candidates form of :data:`~gagar.grader.llm.OPENING_TOOLS`, which the grader runs itself before the
-model's first request, and the answer is the scores alone, so a grading is one request and its answer
-about 8 tokens a candidate (a list in alias order would halve that, but a model trained on it
-miscounted: docs/results/grader-in-the-loop.md).
+:func:`visible_penalty` (its changed lines from ``diff_stats``, plus :data:`FLAGGED_PENALTY` for a
+candidate ``integrity_flags`` flags). The gold patch and the oracle's axes never reach the transcript;
+the oracle (:func:`gagar.tasks.oracle.score_patch`) judges the teacher instead: each transcript
+carries the Kendall tau between the teacher's scores and the oracle's totals (``oracle_tau``), and on
+catalogue groups they agree (docs/grader.md). Copying numbers row by row is what a small model does
+well; sorting them is left to the grader's code. Tool outputs are the compact all-candidates form and
+the teacher calls only the two tools its penalty uses (:data:`~gagar.grader.llm.OPENING_TOOLS`, which
+the grader runs itself before the model's first request), and answers with the scores alone (version 5;
+version 4 wrote a note line per candidate first, about 60% of its answer), so a grading is one request
+and its answer about 8 tokens a candidate (a list in alias order would halve that, but a model trained
+on it miscounted: docs/results/grader-in-the-loop.md).
 
 :func:`render` gives a transcript as the chat messages (chat API) and as the model's chat template
 applied to them (completions API), and :func:`transcript_demos` tokenizes it for SFT with the loss on
@@ -90,8 +88,6 @@ class Evidence:
 
     lines: int
     """Added plus removed lines (``diff_stats``)."""
-    files: int
-    """Files changed (``diff_stats``)."""
     out_of_scope: int
     """Changed lines outside the code the failing tests reach (``out_of_scope_edits``)."""
     style: int
@@ -105,7 +101,6 @@ def evidence(ws: GroupWorkspace, tid: str) -> Evidence:
     stats = tools.diff_stats(ws, tid)
     return Evidence(
         lines=stats.added + stats.removed,
-        files=stats.files,
         out_of_scope=tools.out_of_scope_edits(ws, tid).lines_out_of_scope,
         style=len(tools.style_findings(ws, tid).findings),
         flags=len(tools.integrity_flags(ws, tid).flags),
@@ -113,12 +108,9 @@ def evidence(ws: GroupWorkspace, tid: str) -> Evidence:
 
 
 def visible_penalty(e: Evidence) -> int:
-    """The teacher's penalty: the changed lines, plus twice those out of scope, four per file beyond the
-    first and one per style finding (twice the oracle's weights: a line out of scope costs 1, an extra file
-    2, a line beyond gold's size or a style finding 0.5), plus :data:`FLAGGED_PENALTY` for a flagged
-    candidate."""
-    extra_files = max(0, e.files - 1)
-    return e.lines + 2 * e.out_of_scope + 4 * extra_files + e.style + (FLAGGED_PENALTY if e.flags else 0)
+    """The teacher's penalty: the changed lines (every catalogue modification adds some), plus
+    :data:`FLAGGED_PENALTY` for a flagged candidate."""
+    return e.lines + (FLAGGED_PENALTY if e.flags else 0)
 
 
 def _tiers(labels: dict[str, float]) -> list[list[str]]:
