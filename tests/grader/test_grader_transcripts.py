@@ -163,3 +163,6 @@ def test_a_grader_trained_on_another_opening_is_refused(groups, tmp_path: Path) 
     (model_dir / TRANSCRIPTS_FILE).write_text(json.dumps({"messages": other}) + "\n")
     with pytest.raises(ValueError, match="open with integrity_flags; this version"):
         check_trained_opening(model_dir)
+    (model_dir / TRANSCRIPTS_FILE).write_text('{"messages": [1, 2, 3]}\n')
+    with pytest.raises(ValueError, match="its first line is not a transcript record"):
+        check_trained_opening(model_dir)

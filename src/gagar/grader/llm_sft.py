@@ -130,15 +130,18 @@ def check_trained_opening(model_dir: Path) -> None:
     path = model_dir / TRANSCRIPTS_FILE
     if not path.is_file():
         return
-    with path.open() as f:
-        first = json.loads(f.readline() or "{}")
     calls = []
-    for m in first.get("messages", [])[2:]:
-        if m["role"] == "assistant":
-            tool = json.loads(m["content"]).get("tool") if m["content"].startswith('{"tool"') else None
-            if tool is None:
-                break
-            calls.append(tool)
+    try:
+        with path.open() as f:
+            first = json.loads(f.readline() or "{}")
+        for m in first.get("messages", [])[2:]:
+            if m["role"] == "assistant":
+                tool = json.loads(m["content"]).get("tool") if m["content"].startswith('{"tool"') else None
+                if tool is None:
+                    break
+                calls.append(tool)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: its first line is not a transcript record ({exc})") from None
     if tuple(calls) != OPENING_TOOLS:
         raise ValueError(
             f"{model_dir}: trained on transcripts that open with {', '.join(calls) or 'no tool'}; this "
