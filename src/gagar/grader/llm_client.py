@@ -48,8 +48,10 @@ class TokenUsage:
     """Tokens the server reports (OpenAI ``usage``) over a client's requests; thread-safe."""
 
     requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens_reported: int = 0
+    """Prompt tokens."""
+    answer_tokens_reported: int = 0
+    """Tokens decoded (``completion_tokens``)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, usage: Any) -> None:
@@ -58,8 +60,8 @@ class TokenUsage:
             return
         with self._lock:
             self.requests += 1
-            self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-            self.completion_tokens += int(usage.get("completion_tokens") or 0)
+            self.prompt_tokens_reported += int(usage.get("prompt_tokens") or 0)
+            self.answer_tokens_reported += int(usage.get("completion_tokens") or 0)
 
 
 class ChatModel(Protocol):

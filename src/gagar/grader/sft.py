@@ -483,7 +483,7 @@ def evaluate(
     taus, top1, seconds = [], [], []
     gradings = 0
     usage = getattr(getattr(grader, "client", None), "usage", None)
-    before = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
+    before = (usage.prompt_tokens_reported, usage.answer_tokens_reported) if usage is not None else (0, 0)
     injection_taus: list[float] = []
     injected = flagged = 0
     axis_taus: dict[str, list[float]] = {a: [] for a in AXES}
@@ -545,7 +545,7 @@ def evaluate(
 def _tokens_per_grading(usage: Any, before: tuple[int, int], gradings: int) -> dict[str, float]:
     if usage is None or not usage.requests or not gradings:
         return {}
-    prompt, answer = usage.prompt_tokens - before[0], usage.completion_tokens - before[1]
+    prompt, answer = usage.prompt_tokens_reported - before[0], usage.answer_tokens_reported - before[1]
     return {"prompt_tokens_per_grading": prompt / gradings, "answer_tokens_per_grading": answer / gradings}
 
 
