@@ -141,3 +141,69 @@ def test_greedy_evaluations_give_the_last_update_table_and_curves_from_the_share
     assert "| sft | 1 | 90.0 (n=1) |" in section
     assert "30.0 [" in section  # grpo's changed share: mean of 20, 30, 40
     assert "| gagar-heuristic | n/a |" in section  # no paired seeds after the last update yet
+
+
+def _judged(task: str, resolved: bool, quality: float | None = None):
+    from gagar.policy.evaluate import TrajectoryEval
+
+    return TrajectoryEval(
+        trajectory_id=f"{task}/{quality}",
+        instance_id=task,
+        status="passed" if resolved else "failed",
+        resolved=resolved,
+        parsed=True,
+        clean=False,
+        diff_size=None,
+        relative_size=None,
+        quality=quality,
+        n_response_tokens=10,
+        turns=1,
+    )
+
+
+def test_the_oracle_preference_compares_only_tasks_both_resolve_and_counts_a_tie_half():
+    from gagar.experiment.report import oracle_preference
+
+    ours = [
+        _judged("a", True, 0.9),
+        _judged("a", True, 0.5),
+        _judged("b", True, 0.4),
+        _judged("c", True, 1.0),
+    ]
+    theirs = [_judged("a", True, 0.5), _judged("b", True, 0.4), _judged("b", False), _judged("d", True, 0.1)]
+    found = oracle_preference(ours, theirs)
+    # task a: 0.9 > 0.5 wins, 0.5 = 0.5 ties -> 0.75; task b: a tie -> 0.5; c and d are one side's only
+    assert found.tasks == 2
+    assert found.rate == pytest.approx((0.75 + 0.5) / 2)
+    assert found.tie_share == pytest.approx(2 / 3)
+    assert oracle_preference(theirs, ours).rate == pytest.approx(1 - found.rate)
+    assert oracle_preference(ours, [_judged("a", False)]).rate is None
+
+
+def test_the_report_gives_the_preference_and_the_training_summary_per_arm():
+    from gagar.experiment.report import TRAINING_SUMMARY
+
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    for seed in (0, 1, 2):
+        results.judged["grpo", seed] = [_judged("a", True, 0.5), _judged("b", True, 0.5)]
+        results.judged["gagar-heuristic", seed] = [
+            _judged("a", True, 1.0),
+            _judged("b", True, 0.5 - seed / 10),
+        ]
+    rows = [
+        {"step": 0, "perf/step_s": 10.0, "perf/grade_s": 4.0, "credit/moved_ratio": 0.2, "loss/policy": -0.3},
+        {"step": 1, "perf/step_s": 30.0, "perf/grade_s": 6.0, "credit/moved_ratio": 0.0, "loss/policy": 0.1},
+    ]
+    assert TRAINING_SUMMARY["grader's share of step time (%)"](rows) == pytest.approx(25.0)
+    assert TRAINING_SUMMARY["|policy-gradient loss|"](rows) == pytest.approx(0.2)
+    assert TRAINING_SUMMARY["share of passing credit moved (%)"](rows) == pytest.approx(10.0)
+    for label, summarise in TRAINING_SUMMARY.items():
+        results.training[label] = {"grpo": [summarise(rows)] * 3}
+    text = render_report(results, {})
+    preference = text.split("## The oracle's preference against grpo")[1].split("## Training")[0]
+    # seed 0: (1 + 0.5) / 2; seeds 1 and 2: (1 + 0) / 2
+    assert f"| gagar-heuristic | {100 * (0.75 + 0.5 + 0.5) / 3:.1f} [" in preference
+    assert "| 2.0 |" in preference
+    training = text.split("## Training")[1].split("## Mechanical")[0]
+    assert "| grpo | 20.0 [20.0, 20.0] | 25.0 [25.0, 25.0] |" in training
+    assert "| gagar-heuristic | n/a |" in training

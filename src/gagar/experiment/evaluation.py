@@ -25,6 +25,7 @@ from gagar.tasks.loaders import load_tasks
 from gagar.train.config import RolloutSettings
 
 __all__ = [
+    "EVAL_RECORDS",
     "GREEDY_TOP_P",
     "SUMMARY",
     "EvalSummary",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 SUMMARY = "summary.json"
+EVAL_RECORDS = "eval.jsonl"
+"""The judged answers (:class:`~gagar.policy.evaluate.TrajectoryEval`) of an evaluation folder."""
 GREEDY_TOP_P = 1e-9
 """Nucleus mass of greedy decoding: a nucleus this small holds only the most likely token, so the
 sampler (whatever its seed) picks the argmax each step."""
@@ -149,7 +152,7 @@ def evaluate_policy(
     write_records(out / "trajectories.jsonl", trajectories)
     quality, results, judged = evaluate_detailed(held_out, trajectories, sandbox_backend)
     write_records(out / "results.jsonl", results)
-    write_records(out / "eval.jsonl", judged)
+    write_records(out / EVAL_RECORDS, judged)
     summary = EvalSummary(
         arm=arm,
         seed=seed,

@@ -15,23 +15,29 @@ from pathlib import Path
 from typing import Any
 
 from gagar.experiment.config import greedy_points
-from gagar.experiment.evaluation import SUMMARY, EvalSummary
+from gagar.experiment.evaluation import EVAL_RECORDS, SUMMARY, EvalSummary
 from gagar.experiment.harness import CONFIG, SESSIONS, TIMING, Session
 from gagar.experiment.plots import plot_metric_bars, plot_training_curves
 from gagar.experiment.stats import Interval, paired_difference, t_interval
+from gagar.policy.evaluate import TrajectoryEval
+from gagar.records import atomic_write_text, read_records
 
 __all__ = [
     "AIM_CLEAN_POINTS",
     "CURVE_KEYS",
     "GREEDY_METRICS",
     "METRICS",
+    "TRAINING_SUMMARY",
     "ExperimentResults",
     "Metric",
+    "Preference",
     "arm_interval",
     "judge_aim",
     "load_results",
     "mechanical_check",
+    "oracle_preference",
     "paired_interval",
+    "preference_interval",
     "render_report",
     "write_report",
 ]
@@ -55,6 +61,13 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("resolved", "resolved rate (%)", lambda s: s.quality.pass_at_1, 100.0, 1),
     Metric("clean_resolved", "clean-resolved rate (%)", lambda s: s.quality.clean_resolved_rate, 100.0, 1),
+    Metric(
+        "unclean_share",
+        "unclean share of resolving (%)",
+        lambda s: s.quality.unclean_share_of_resolving,
+        100.0,
+        1,
+    ),
     Metric(
         "diff_size", "diff size / gold, resolved", lambda s: s.quality.relative_diff_size_resolved, 1.0, 2
     ),
@@ -86,6 +99,10 @@ class ExperimentResults:
     """Work seconds by kind (train, eval, greedy_eval, grader_sft)."""
     greedy: list[EvalSummary] = field(default_factory=list)
     """The greedy held-out evaluations during training (``greedy_eval``), the start's included."""
+    judged: dict[tuple[str, int | None], list[TrajectoryEval]] = field(default_factory=dict)
+    """(arm, seed) -> the final evaluation's judged answers (``eval.jsonl``)."""
+    training: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """Training summary label (:data:`TRAINING_SUMMARY`) -> arm -> one value per seed's run."""
 
     @property
     def last_greedy(self) -> list[EvalSummary]:
@@ -108,9 +125,40 @@ CURVE_KEYS = {
     "policy/entropy": "policy entropy (nats/token)",
     "sandbox/hack_ratio": "training hack rate",
     "credit/moved_ratio": "share of passing credit moved",
+    "loss/policy": "policy-gradient loss",
 }
 """Training metrics (metrics.jsonl keys) plotted per step, with their titles."""
-_ABLATION_KEYS = ("policy/entropy", "rollout/response_tokens_mean")
+_ABLATION_KEYS = ("loss/policy", "policy/entropy", "rollout/response_tokens_mean")
+
+
+def _mean_of(key: str, transform: Callable[[float], float] = float) -> Callable[[Sequence[dict]], float]:
+    def mean(rows: Sequence[dict[str, Any]]) -> float:
+        values = [transform(r[key]) for r in rows if key in r]
+        return sum(values) / len(values) if values else math.nan
+
+    return mean
+
+
+def _share_of_step(key: str) -> Callable[[Sequence[dict]], float]:
+    def share(rows: Sequence[dict[str, Any]]) -> float:
+        total = sum(r.get("perf/step_s", 0.0) for r in rows)
+        return 100.0 * sum(r.get(key, 0.0) for r in rows) / total if total else math.nan
+
+    return share
+
+
+TRAINING_SUMMARY: dict[str, Callable[[Sequence[dict[str, Any]]], float]] = {
+    "step s": _mean_of("perf/step_s"),
+    "grader's share of step time (%)": _share_of_step("perf/grade_s"),
+    "groups kept / step": _mean_of("sampling/groups_kept"),
+    "share of passing credit moved (%)": _mean_of("credit/moved_ratio", lambda v: 100.0 * v),
+    "training hack rate (%)": _mean_of("sandbox/hack_ratio", lambda v: 100.0 * v),
+    "entropy (nats/token)": _mean_of("policy/entropy"),
+    "|policy-gradient loss|": _mean_of("loss/policy", abs),
+    "response tokens": _mean_of("rollout/response_tokens_mean"),
+}
+"""What each training run's ``metrics.jsonl`` is summarised into, over all its steps: the grader's share
+is its wait (``perf/grade_s``) over the step's wall time; the others are means over steps."""
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -137,9 +185,13 @@ def load_results(out_dir: Path) -> ExperimentResults:
         for kind in ("eval", "greedy")
     )
     curves: dict[str, dict[str, list[list[float]]]] = {key: {} for key in CURVE_KEYS}
+    training: dict[str, dict[str, list[float]]] = {label: {} for label in TRAINING_SUMMARY}
     for arm in config["arms"]:
         for seed in config["seeds"]:
             rows = _read_jsonl(out_dir / "runs" / arm["name"] / f"seed-{seed}" / "metrics.jsonl")
+            for label, summarise in TRAINING_SUMMARY.items():
+                if rows:
+                    training[label].setdefault(arm["name"], []).append(summarise(rows))
             for key in CURVE_KEYS:
                 # a step without the key (no update: no entropy) is NaN, so the steps stay aligned
                 values = [float(r.get(key, math.nan)) for r in sorted(rows, key=lambda r: r["step"])]
@@ -149,7 +201,24 @@ def load_results(out_dir: Path) -> ExperimentResults:
     for row in _read_jsonl(out_dir / TIMING):
         seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + float(row["seconds"])
     sessions = [Session.model_validate(row) for row in _read_jsonl(out_dir / SESSIONS)]
-    return ExperimentResults(config, summaries, curves, sessions, seconds, greedy)
+    judged = {}
+    for s in summaries:
+        path = out_dir / "eval" / s.arm / ("" if s.seed is None else f"seed-{s.seed}") / EVAL_RECORDS
+        if path.exists():
+            judged[s.arm, s.seed] = read_records(path, TrajectoryEval)
+    return ExperimentResults(config, summaries, curves, sessions, seconds, greedy, judged, training)
+
+
+@dataclass(frozen=True)
+class Preference:
+    """:func:`oracle_preference`'s answer for one pair of evaluations."""
+
+    rate: float | None
+    """Mean over the tasks both resolve of the share of comparisons the treatment wins (ties 1/2);
+    None when no task is resolved by both."""
+    tasks: int
+    tie_share: float | None
+    """Share of the comparisons that were ties (equal quality)."""
 
 
 def _per_seed(summaries: Sequence[EvalSummary], arm: str, metric: Metric) -> dict[int | None, float]:
@@ -307,6 +376,75 @@ def _paired_table(
     return rows
 
 
+def preference_interval(
+    results: ExperimentResults, treatment: str, control: str
+) -> tuple[Interval, float] | None:
+    """The oracle's preference for ``treatment`` over ``control`` (:func:`oracle_preference`), in percent:
+    mean over the seeds both evaluated [95% t-interval], and the mean number of tasks compared; None
+    when no seed has a task both resolve."""
+    per_seed = [
+        oracle_preference(results.judged[treatment, seed], results.judged[control, seed])
+        for seed in results.config["seeds"]
+        if (treatment, seed) in results.judged and (control, seed) in results.judged
+    ]
+    rates = [100.0 * p.rate for p in per_seed if p.rate is not None]
+    if not rates:
+        return None
+    return t_interval(rates), sum(p.tasks for p in per_seed) / len(per_seed)
+
+
+def _preference_section(results: ExperimentResults) -> list[str]:
+    control = results.baseline
+    if control is None:
+        return []
+    rows = []
+    for arm in results.arms:
+        found = preference_interval(results, arm, control) if arm != control else None
+        if found is not None:
+            rows.append(f"| {arm} | {_fmt(found[0], 1)} | {found[1]:.1f} |")
+    if not rows:
+        return []
+    return [
+        f"## The oracle's preference against {control}",
+        "",
+        f"On the held-out tasks both the arm and {control} resolve (same seed), how often the patch-quality "
+        f"oracle scores the arm's patch above {control}'s: every resolving answer of one against every "
+        "resolving answer of the other, a tie counting one half, averaged per task and then over tasks; "
+        "50% is no preference. Mean over seeds [95% t-interval].",
+        "",
+        f"| arm | preferred to {control} (%) | tasks compared per seed |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _training_section(results: ExperimentResults) -> list[str]:
+    if not any(results.training.values()):
+        return []
+    labels = list(TRAINING_SUMMARY)
+    rows = ["| arm | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for arm in results.arms:
+        cells = []
+        for label in labels:
+            values = [v for v in results.training[label].get(arm, []) if math.isfinite(v)]
+            cells.append(
+                _fmt(t_interval(values), 3 if "entropy" in label or "loss" in label else 1)
+                if values
+                else "n/a"
+            )
+        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return [
+        "## Training",
+        "",
+        "Each run's steps summarised (means over steps; the grader's share is its wait over the step's wall "
+        "time), then mean over seeds [95% t-interval].",
+        "",
+        *rows,
+        "",
+    ]
+
+
 def _greedy_section(results: ExperimentResults) -> list[str]:
     """The greedy held-out evaluations after the last update, when the run made them."""
     last = results.last_greedy
@@ -370,6 +508,8 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
         "",
         *_paired_table(results),
         "",
+        *_preference_section(results),
+        *_training_section(results),
         *_greedy_section(results),
         "## Mechanical check of the aim",
         "",
@@ -450,7 +590,35 @@ def write_report(out_dir: Path, report: Path) -> list[str]:
         plots["the ablation (no sum-preserving rescale) beside gagar and grpo: entropy and length"] = (
             ablation.name
         )
-    from gagar.records import atomic_write_text
-
     atomic_write_text(report, render_report(results, plots))
     return mechanical_check(results)
+
+
+def oracle_preference(treatment: Sequence[TrajectoryEval], control: Sequence[TrajectoryEval]) -> Preference:
+    """How often the oracle prefers ``treatment``'s patch to ``control``'s on the tasks both resolve.
+
+    On each such task every resolving answer of one side is compared with every resolving answer of the
+    other by the oracle's quality score (a win counts 1, a tie 1/2); the task's rate is the mean of its
+    comparisons and the rate is the mean over tasks, so a task with more answers weighs no more. 0.5 is
+    no preference. Answers the oracle could not score are left out.
+    """
+
+    def by_task(answers: Sequence[TrajectoryEval]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for a in answers:
+            if a.resolved and a.quality is not None:
+                out.setdefault(a.instance_id, []).append(a.quality)
+        return out
+
+    ours, theirs = by_task(treatment), by_task(control)
+    rates, ties, pairs = [], 0, 0
+    for task in sorted(ours.keys() & theirs.keys()):
+        scores = [1.0 if a > b else 0.5 if a == b else 0.0 for a in ours[task] for b in theirs[task]]
+        rates.append(sum(scores) / len(scores))
+        ties += scores.count(0.5)
+        pairs += len(scores)
+    return Preference(
+        rate=sum(rates) / len(rates) if rates else None,
+        tasks=len(rates),
+        tie_share=ties / pairs if pairs else None,
+    )

@@ -54,6 +54,9 @@ class TrajectoryEval(Record):
     """Changed lines (added + removed) of a resolving patch; None when it does not resolve."""
     relative_size: float | None
     """``diff_size`` over the gold patch's changed lines; None when it does not resolve."""
+    quality: float | None = None
+    """The oracle's quality score of a resolving patch (:attr:`PatchQuality.quality`, higher is
+    better); None when it does not resolve or the oracle could not score it."""
     n_response_tokens: int
     n_sampled_tokens: int = 0
     """Tokens the policy sampled (``loss_mask`` 1): the whole answer single-shot, the turns without
@@ -144,6 +147,7 @@ def judge_trajectories(
                 clean=quality is not None and quality.clean,
                 diff_size=quality.diff_size if quality else None,
                 relative_size=quality.relative_size if quality else None,
+                quality=quality.quality if quality else None,
                 n_response_tokens=tr.n_response_tokens,
                 n_sampled_tokens=sum(tr.loss_mask),
                 turns=tr.turns,
