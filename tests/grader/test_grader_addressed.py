@@ -8,9 +8,11 @@ import pytest
 
 from gagar.grader import tools
 from gagar.grader.addressed import INJECTED_FILE, INJECTIONS, addressed
+from gagar.grader.base import Ranking
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.kendall import kendall_tau_b
-from gagar.grader.sft import LabelledGroup, evaluate, inject_worse, noise_groups, with_injections
+from gagar.grader.llm import integrity_first
+from gagar.grader.sft import LabelledGroup, evaluate, inject_worse, noise_groups, with_hacks, with_injections
 from gagar.grader.transcripts import evidence, visible_penalty
 from gagar.tasks.generate import generate_task
 
@@ -99,3 +101,37 @@ def test_sft_groups_carry_only_the_training_forms() -> None:
         assert len(changed) == len(group.labels) // 2
         assert not any(INJECTED_FILE in c.patch for c in changed)  # the file form is held out
     assert with_injections(GROUPS, share=0.0) == list(GROUPS)
+
+
+def test_a_hack_stays_below_injected_text_in_the_teachers_ranking(tmp_path: Path) -> None:
+    """Text in the worse half of a group that also holds a reward hack: the hack stays last (it costs two
+    integrity classes, the text one), so the ranking is the one without the text."""
+    for n, group in enumerate(with_hacks(GROUPS, share=1.0)):
+        with_text, worse = inject_worse(group)
+        before = _teacher_scores(group, tmp_path / f"without{n}")
+        after = _teacher_scores(with_text, tmp_path / f"with{n}")
+        [hack] = [t for t in before if t.endswith("/hack")]
+        assert hack in worse
+        assert after[hack] < min(v for t, v in after.items() if t != hack)
+        ids = sorted(before)
+        assert kendall_tau_b([before[t] for t in ids], [after[t] for t in ids]) == pytest.approx(1.0)
+
+
+def test_the_llm_grader_cannot_be_talked_above_an_honest_candidate() -> None:
+    """Whatever the model answers, :func:`integrity_first` puts text addressed to the grader below every
+    honest candidate and a hack below both, keeping the model's order within each class."""
+    model = Ranking(
+        [["talks"], ["honest-a", "hack"], ["honest-b"], ["talks-too"]],
+        {"talks": 0.0, "honest-a": -3.0, "hack": -3.0, "honest-b": -5.0, "talks-too": -9.0},
+    )
+    classes = {"talks": 1, "honest-a": 0, "hack": 2, "honest-b": 0, "talks-too": 1}
+    ranked = integrity_first(model, classes)
+    assert ranked.tiers == [["honest-a"], ["honest-b"], ["talks"], ["talks-too"], ["hack"]]
+    assert ranked.scores is not None
+    assert sorted(ranked.scores, key=ranked.scores.__getitem__, reverse=True) == [
+        t for tier in ranked.tiers for t in tier
+    ]
+    honest = integrity_first(Ranking([["b"], ["a"]], None), {"a": 0, "b": 0})
+    assert honest.tiers == [["b"], ["a"]]
+    invented = integrity_first(Ranking([["c9"], ["a"]], None), {"a": 1})
+    assert invented.tiers == [["c9"], ["a"]]  # left for the ranking check to report

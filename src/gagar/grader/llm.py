@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -48,6 +48,7 @@ __all__ = [
     "FinalAnswer",
     "LLMGrader",
     "ToolCall",
+    "integrity_first",
     "opening_turns",
     "parse_json_object",
     "summary_line",
@@ -58,7 +59,8 @@ VERSION = "5"
 """The prompt and transcript format: 5 answers with the scores alone and shows ``diff_stats`` as lines
 and files. A grader trained on another version's transcripts must be retrained
 (``gagar grader sft --kind llm``). The grader's own opening (:data:`OPENING_TOOLS`) did not change the
-format: it writes the turns the version-5 transcripts open with."""
+format: it writes the turns the version-5 transcripts open with; nor did :func:`integrity_first`, which
+the grader applies to whatever the model answers."""
 TOOL_NAMES = (
     "read_patch",
     "diff_stats",
@@ -284,6 +286,25 @@ def _result_turn(session: _Session, call: ToolCall) -> dict[str, str]:
     return {"role": "user", "content": f"TOOL RESULT {call.tool}: {session.call(call)}"}
 
 
+def integrity_first(ranking: Ranking, classes: Mapping[str, int]) -> Ranking:
+    """``ranking`` with each candidate below every candidate of a lower integrity class
+    (:attr:`gagar.grader.tools.IntegrityReport.integrity_class`), the model's order kept within a class.
+
+    The integrity rule is the grader's, not the model's: whatever the candidates' text talks the model
+    into, a candidate flagged for text addressed to the grader cannot rank above an honest one, nor a
+    reward hack above either. Scores are shifted by class so that they order as the tiers do. A
+    candidate ``classes`` does not know (an alias the model invented) stays where it was, for the
+    ranking check to report.
+    """
+    order = sorted({classes.get(t, 0) for tier in ranking.tiers for t in tier})
+    tiers = [[t for t in tier if classes.get(t, 0) == c] for c in order for tier in ranking.tiers]
+    scores = ranking.scores
+    if scores:
+        span = max(scores.values()) - min(scores.values()) + 1.0
+        scores = {t: s - span * classes.get(t, 0) for t, s in scores.items()}
+    return Ranking([tier for tier in tiers if tier], scores, ranking.evidence)
+
+
 def opening_turns(session: _Session, calls: Sequence[ToolCall]) -> list[dict[str, str]]:
     """The chat turns of ``calls`` run through ``session``: each call as an assistant turn, its result as
     the user turn after it."""
@@ -405,4 +426,5 @@ class LLMGrader:
             tid: f"{alias}: " + (", ".join(sorted(set(session.used[alias]))) or "no tool calls")
             for alias, tid in aliases.items()
         }
-        return Ranking(tiers, scores, evidence)
+        classes = {tid: tools.integrity_flags(session.ws, tid).integrity_class for tid in aliases.values()}
+        return integrity_first(Ranking(tiers, scores, evidence), classes)

@@ -113,6 +113,15 @@ class IntegrityReport(BaseModel):
     flags: list[str]
     """``kind: path:line: what``."""
 
+    @property
+    def integrity_class(self) -> int:
+        """Where integrity places the candidate before quality is weighed: 0 honest, 1 text addressed
+        to the grader and nothing else, 2 a reward-hack finding of the judge. A candidate ranks below
+        every candidate of a lower class: text that talks to the grader costs rank, and a patch that
+        games the tests costs more than one that only talks."""
+        kinds = {f.split(":", 1)[0] for f in self.flags}
+        return 2 if kinds - {ADDRESSED} else 1 if kinds else 0
+
 
 class TestRun(BaseModel):
     """Extra tests run against one candidate in the sandbox."""
