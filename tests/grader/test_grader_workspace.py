@@ -109,3 +109,26 @@ def test_group_with_one_passing_candidate_is_trivial(tmp_path: Path) -> None:
     assert grade.grader == "trivial"
     assert grade.ranking == [["gold"]]
     assert not grade.fallback
+
+
+def test_heuristic_ranks_a_fix_that_leaves_the_old_line_commented_out_below_a_clean_one(
+    tmp_path: Path,
+) -> None:
+    """Same size, same scope: only the style findings tell them apart (ruff's default rules see no
+    commented-out code)."""
+    from grader_fixtures import CALC, FIXED, task
+
+    from gagar.grader.workspace import CandidateInput, build_group_workspace
+    from gagar.sandbox.patch import file_diff
+
+    documented = FIXED.replace("def add(a, b):\n", 'def add(a, b):\n    """The sum."""\n')
+    commented = FIXED.replace("    return a + b\n", "    # return a + b + 1\n    return a + b\n")
+    candidates = [
+        CandidateInput("documented", file_diff("pkg/calc.py", CALC, documented)),
+        CandidateInput("commented", file_diff("pkg/calc.py", CALC, commented)),
+    ]
+    ws = build_group_workspace(tmp_path, "g", task(), candidates, {"documented": True, "commented": True})
+    assert tools.diff_stats(ws, "documented").added == tools.diff_stats(ws, "commented").added
+    grade = grade_group(HeuristicGrader(), ws)
+    assert grade.ranking == [["documented"], ["commented"]]
+    assert "1 style findings" in grade.evidence["commented"]

@@ -4,10 +4,14 @@ Each passing candidate gets a penalty, measured against the group's smallest cha
 stands in for the unknown gold patch)::
 
     penalty = lines out of scope + 2 * (files - fewest files) + 0.5 * (size - smallest size)
-              + 0.5 * lint findings added
+              + 0.5 * lint findings added + 0.5 * style findings added
 
-and the score ``1 / (1 + penalty)``; equal scores are tied. The final patch is what is ranked; a
-multi-turn candidate's evidence also says how it got there (turns, test runs, edits reverted).
+and the score ``1 / (1 + penalty)``; equal scores are tied. Style findings are the ``style_findings``
+tool's (commented-out code, debug prints, unused imports, uncalled private functions): ruff's default
+rules see no commented-out code, the commonest of them in policy rollouts, so a patch that leaves the
+old line commented out above its fix would otherwise tie with the clean fix. The final patch is what is
+ranked; a multi-turn candidate's evidence also says how it got there (turns, test runs, edits
+reverted).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gagar.grader import tools
 from gagar.grader.base import Ranking
 from gagar.grader.features import FEATURE_NAMES, evidence_line, group_features
 from gagar.grader.workspace import GroupWorkspace
@@ -26,8 +31,9 @@ __all__ = ["HeuristicGrader", "heuristic_scores"]
 _COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
-def heuristic_scores(raw: np.ndarray) -> np.ndarray:
-    """Scores ``(n_candidates,)`` in (0, 1] from raw features ``(n_candidates, n_features)``."""
+def heuristic_scores(raw: np.ndarray, style: np.ndarray | None = None) -> np.ndarray:
+    """Scores ``(n_candidates,)`` in (0, 1] from raw features ``(n_candidates, n_features)`` and the
+    style findings each candidate adds ``(n_candidates,)`` (none when not given)."""
     size = raw[:, _COL["added"]] + raw[:, _COL["removed"]]
     files = raw[:, _COL["files"]]
     penalty = (
@@ -35,6 +41,7 @@ def heuristic_scores(raw: np.ndarray) -> np.ndarray:
         + 2.0 * (files - files.min())
         + 0.5 * (size - size.min())
         + 0.5 * raw[:, _COL["lint_added"]]
+        + 0.5 * (np.zeros(len(raw)) if style is None else style)
     )
     return 1.0 / (1.0 + penalty)
 
@@ -50,14 +57,18 @@ class HeuristicGrader:
     """Rules over the tool outputs; deterministic and independent of the candidates' order."""
 
     name = "heuristic"
-    version = "1"
+    version = "2"
+    """2: style findings count (1 saw lint only)."""
     concurrency = 1
     max_candidates = None
 
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
-        raw = group_features(ws, sorted(order))
-        scores = dict(zip(sorted(order), heuristic_scores(raw).round(6).tolist(), strict=True))
+        ids = sorted(order)
+        raw = group_features(ws, ids)
+        style = np.array([len(tools.style_findings(ws, t).findings) for t in ids], dtype=float)
+        scores = dict(zip(ids, heuristic_scores(raw, style).round(6).tolist(), strict=True))
         evidence = {
-            t: _with_agent(evidence_line(row), ws, t) for t, row in zip(sorted(order), raw, strict=True)
+            t: _with_agent(evidence_line(row) + (f"; {int(n)} style findings" if n else ""), ws, t)
+            for t, row, n in zip(ids, raw, style, strict=True)
         }
         return Ranking(ranking_from_scores(scores), scores, evidence)
