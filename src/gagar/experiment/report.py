@@ -177,11 +177,9 @@ def load_results(out_dir: Path) -> ExperimentResults:
     if not config_path.exists():
         raise ValueError(f"{out_dir}: no {CONFIG}; not an experiment folder (run `gagar experiment run`)")
     config = json.loads(config_path.read_text(encoding="utf-8"))
+    found = {kind: sorted((out_dir / kind).rglob(SUMMARY)) for kind in ("eval", "greedy")}
     summaries, greedy = (
-        [
-            EvalSummary.model_validate_json(p.read_text(encoding="utf-8"))
-            for p in sorted((out_dir / kind).rglob(SUMMARY))
-        ]
+        [EvalSummary.model_validate_json(p.read_text(encoding="utf-8")) for p in found[kind]]
         for kind in ("eval", "greedy")
     )
     curves: dict[str, dict[str, list[list[float]]]] = {key: {} for key in CURVE_KEYS}
@@ -201,11 +199,11 @@ def load_results(out_dir: Path) -> ExperimentResults:
     for row in _read_jsonl(out_dir / TIMING):
         seconds[row["kind"]] = seconds.get(row["kind"], 0.0) + float(row["seconds"])
     sessions = [Session.model_validate(row) for row in _read_jsonl(out_dir / SESSIONS)]
-    judged = {}
-    for s in summaries:
-        path = out_dir / "eval" / s.arm / ("" if s.seed is None else f"seed-{s.seed}") / EVAL_RECORDS
-        if path.exists():
-            judged[s.arm, s.seed] = read_records(path, TrajectoryEval)
+    judged = {
+        (s.arm, s.seed): read_records(path.with_name(EVAL_RECORDS), TrajectoryEval)
+        for s, path in zip(summaries, found["eval"], strict=True)
+        if path.with_name(EVAL_RECORDS).exists()
+    }
     return ExperimentResults(config, summaries, curves, sessions, seconds, greedy, judged, training)
 
 
@@ -219,6 +217,36 @@ class Preference:
     tasks: int
     tie_share: float | None
     """Share of the comparisons that were ties (equal quality)."""
+
+
+def oracle_preference(treatment: Sequence[TrajectoryEval], control: Sequence[TrajectoryEval]) -> Preference:
+    """How often the oracle prefers ``treatment``'s patch to ``control``'s on the tasks both resolve.
+
+    On each such task every resolving answer of one side is compared with every resolving answer of the
+    other by the oracle's quality score (a win counts 1, a tie 1/2); the task's rate is the mean of its
+    comparisons and the rate is the mean over tasks, so a task with more answers weighs no more. 0.5 is
+    no preference. Answers the oracle could not score are left out.
+    """
+
+    def by_task(answers: Sequence[TrajectoryEval]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for a in answers:
+            if a.resolved and a.quality is not None:
+                out.setdefault(a.instance_id, []).append(a.quality)
+        return out
+
+    ours, theirs = by_task(treatment), by_task(control)
+    rates, ties, pairs = [], 0, 0
+    for task in sorted(ours.keys() & theirs.keys()):
+        scores = [1.0 if a > b else 0.5 if a == b else 0.0 for a in ours[task] for b in theirs[task]]
+        rates.append(sum(scores) / len(scores))
+        ties += scores.count(0.5)
+        pairs += len(scores)
+    return Preference(
+        rate=sum(rates) / len(rates) if rates else None,
+        tasks=len(rates),
+        tie_share=ties / pairs if pairs else None,
+    )
 
 
 def _per_seed(summaries: Sequence[EvalSummary], arm: str, metric: Metric) -> dict[int | None, float]:
@@ -592,33 +620,3 @@ def write_report(out_dir: Path, report: Path) -> list[str]:
         )
     atomic_write_text(report, render_report(results, plots))
     return mechanical_check(results)
-
-
-def oracle_preference(treatment: Sequence[TrajectoryEval], control: Sequence[TrajectoryEval]) -> Preference:
-    """How often the oracle prefers ``treatment``'s patch to ``control``'s on the tasks both resolve.
-
-    On each such task every resolving answer of one side is compared with every resolving answer of the
-    other by the oracle's quality score (a win counts 1, a tie 1/2); the task's rate is the mean of its
-    comparisons and the rate is the mean over tasks, so a task with more answers weighs no more. 0.5 is
-    no preference. Answers the oracle could not score are left out.
-    """
-
-    def by_task(answers: Sequence[TrajectoryEval]) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {}
-        for a in answers:
-            if a.resolved and a.quality is not None:
-                out.setdefault(a.instance_id, []).append(a.quality)
-        return out
-
-    ours, theirs = by_task(treatment), by_task(control)
-    rates, ties, pairs = [], 0, 0
-    for task in sorted(ours.keys() & theirs.keys()):
-        scores = [1.0 if a > b else 0.5 if a == b else 0.0 for a in ours[task] for b in theirs[task]]
-        rates.append(sum(scores) / len(scores))
-        ties += scores.count(0.5)
-        pairs += len(scores)
-    return Preference(
-        rate=sum(rates) / len(rates) if rates else None,
-        tasks=len(rates),
-        tie_share=ties / pairs if pairs else None,
-    )
