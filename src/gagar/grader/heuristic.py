@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gagar.grader import tools
 from gagar.grader.base import Ranking
 from gagar.grader.features import FEATURE_NAMES, evidence_line, group_features
+from gagar.grader.tools import style_findings
 from gagar.grader.workspace import GroupWorkspace
 from gagar.schema.grade import ranking_from_scores
 
@@ -65,7 +65,7 @@ class HeuristicGrader:
     def rank(self, ws: GroupWorkspace, order: Sequence[str]) -> Ranking:
         ids = sorted(order)
         raw = group_features(ws, ids)
-        style = np.array([len(tools.style_findings(ws, t).findings) for t in ids], dtype=float)
+        style = np.array([len(style_findings(ws, t).findings) for t in ids], dtype=float)
         scores = dict(zip(ids, heuristic_scores(raw, style).round(6).tolist(), strict=True))
         evidence = {
             t: _with_agent(evidence_line(row) + (f"; {int(n)} style findings" if n else ""), ws, t)
