@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from grader_fixtures import group
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gagar.grader import tools
-from gagar.grader.base import grade_group
+from gagar.grader.base import Ranking, grade_group
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.workspace import GroupWorkspace, safe_name
 from gagar.sandbox.limits import SandboxLimits
@@ -132,3 +134,83 @@ def test_heuristic_ranks_a_fix_that_leaves_the_old_line_commented_out_below_a_cl
     grade = grade_group(HeuristicGrader(), ws)
     assert grade.ranking == [["documented"], ["commented"]]
     assert "1 style findings" in grade.evidence["commented"]
+
+
+class _Recording:
+    """The heuristic grader, noting every candidate order it is asked to rank."""
+
+    def __init__(self) -> None:
+        self.inner = HeuristicGrader()
+        self.name, self.version = self.inner.name, self.inner.version
+        self.concurrency, self.max_candidates = 1, None
+        self.orders: list[list[str]] = []
+
+    def rank(self, ws: GroupWorkspace, order: list[str]) -> Ranking:
+        self.orders.append(list(order))
+        return self.inner.rank(ws, order)
+
+
+def _copies_group(root: Path, patches: dict[str, str]) -> GroupWorkspace:
+    from grader_fixtures import task
+
+    from gagar.grader.workspace import CandidateInput, build_group_workspace
+
+    candidates = [CandidateInput(t, p) for t, p in patches.items()]
+    return build_group_workspace(root, "g", task(), candidates, dict.fromkeys(patches, True))
+
+
+def test_identical_candidates_reach_the_grader_once_and_share_its_rank(tmp_path: Path) -> None:
+    """Two copies of the gold patch and one written without the git header (the same tree) are one
+    candidate to the grader; the debug-print patch is another."""
+    from grader_fixtures import GOLD, PRINTY
+
+    from gagar.grader.base import GraderMetrics
+
+    headerless = GOLD.split("\n", 1)[1]
+    assert headerless != GOLD
+    ws = _copies_group(tmp_path, {"p": PRINTY, "g1": GOLD, "g2": GOLD, "g3": headerless})
+    grader, metrics = _Recording(), GraderMetrics()
+    grade = grade_group(grader, ws, metrics=metrics)
+    assert grader.orders == [["p", "g1"]]
+    assert grade.ranking == [["g1", "g2", "g3"], ["p"]]
+    assert set(grade.evidence) == {"p", "g1", "g2", "g3"}
+    assert metrics.copies == 2
+    assert metrics.as_dict()["grader/copies"] == 2
+
+
+def test_a_group_of_copies_needs_no_grader(tmp_path: Path) -> None:
+    from grader_fixtures import GOLD
+
+    grader = _Recording()
+    grade = grade_group(grader, _copies_group(tmp_path, {"a": GOLD, "b": GOLD}))
+    assert grader.orders == []
+    assert grade.grader == "trivial"
+    assert grade.ranking == [["a", "b"]]
+
+
+def test_fingerprints_tell_apart_what_the_grader_could_tell_apart(ws: GroupWorkspace) -> None:
+    prints = {t: ws.fingerprint(t) for t in ("gold", "printy", "wide", "readme")}
+    assert len(set(prints.values())) == 4
+    assert ws.fingerprint("gold") == prints["gold"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(choice=st.lists(st.sampled_from(["gold", "printy", "wide", "readme"]), min_size=2, max_size=7))
+def test_copies_always_share_a_tier_and_each_distinct_patch_is_ranked_once_per_order(
+    tmp_path_factory: pytest.TempPathFactory, choice: list[str]
+) -> None:
+    from grader_fixtures import CANDIDATES
+
+    from gagar.grader.base import PositionGuard
+
+    patches = {f"t{i}-{name}": CANDIDATES[name] for i, name in enumerate(choice)}
+    grader = _Recording()
+    grade = grade_group(grader, _copies_group(tmp_path_factory.mktemp("g"), patches), PositionGuard())
+    tier_of = {t: i for i, tier in enumerate(grade.ranking) for t in tier}
+    assert set(tier_of) == set(patches)
+    for a in patches:
+        for b in patches:
+            if patches[a] == patches[b]:
+                assert tier_of[a] == tier_of[b]
+    distinct = len(set(choice))
+    assert [len(order) for order in grader.orders] == ([distinct, distinct] if distinct > 1 else [])

@@ -11,6 +11,7 @@ import pytest
 
 from gagar import rl_step
 from gagar.advantage import Estimator, TierFactors
+from gagar.sandbox.patch import file_diff
 from gagar.schema import Grade, Status, TestResult, Trajectory
 from gagar.schema.selection import GeneratedBatch
 from gagar.tasks.generate import generate_tasks
@@ -227,14 +228,16 @@ class _SignallingGrader:
 
 
 def _gold_batch(gen: int, tasks, statuses: list[Status]) -> GeneratedBatch:
-    """One group per task, members per status, each carrying the task's gold patch."""
+    """One group per task, members per status, each carrying the task's gold patch and a note of its own
+    (identical candidates would be graded as one)."""
     trajectories, results = [], []
     for task in tasks:
         for member, status in enumerate(statuses):
             tid = f"{task.instance_id}-gen{gen}/{member}"
+            patch = task.patch + file_diff(f"NOTE-{member}.md", None, "note\n")
             trajectories.append(
                 Trajectory(trajectory_id=tid, instance_id=task.instance_id,
-                           group_id=f"{task.instance_id}-gen{gen}", model_patch=task.patch)
+                           group_id=f"{task.instance_id}-gen{gen}", model_patch=patch)
             )  # fmt: skip
             results.append(
                 TestResult(trajectory_id=tid, instance_id=task.instance_id, status=status,

@@ -2,10 +2,11 @@
 
 A grader ranks the passing candidates of one group's workspace and may fail by raising
 :class:`GraderFailure` (or anything else). :func:`grade_group` turns every outcome into a
-:class:`~gagar.schema.grade.Grade`: a group with fewer than two passing candidates gets a
-trivial grade without a grader call; a failure, an invalid ranking or (with the position-bias
-guard) two disagreeing orderings become an all-way tie — GRPO for that group — with the reason
-recorded and counted. Grading never raises for a bad grader.
+:class:`~gagar.schema.grade.Grade`. Candidates identical to another of the group's are shown to the
+grader once and share its rank (:func:`identical_candidates`); a group with fewer than two distinct
+passing candidates gets a trivial grade without a grader call; a failure, an invalid ranking or (with
+the position-bias guard) two disagreeing orderings become an all-way tie — GRPO for that group — with
+the reason recorded and counted. Grading never raises for a bad grader.
 
 A grader that waits on a server (``concurrency > 1``) ranks the two candidate orders of the guard at
 once, and :func:`gagar.grader.run.grade_groups` grades that many groups at once, so one warm server
@@ -35,6 +36,7 @@ __all__ = [
     "PositionGuard",
     "Ranking",
     "grade_group",
+    "identical_candidates",
     "scores_agree",
 ]
 
@@ -86,6 +88,8 @@ class GraderMetrics:
     fallbacks: Counter[str] = field(default_factory=Counter)
     guard_checks: int = 0
     guard_disagreements: int = 0
+    copies: int = 0
+    """Passing candidates identical to another of their group's, graded through that one."""
     duration_s: float = 0.0
 
     def add(self, grade: Grade) -> None:
@@ -102,6 +106,7 @@ class GraderMetrics:
         self.fallbacks.update(other.fallbacks)
         self.guard_checks += other.guard_checks
         self.guard_disagreements += other.guard_disagreements
+        self.copies += other.copies
         self.duration_s += other.duration_s
 
     def as_dict(self) -> dict[str, float]:
@@ -112,6 +117,7 @@ class GraderMetrics:
             "grader/duration_s": self.duration_s,
             "grader/position_checks": self.guard_checks,
             "grader/position_disagreements": self.guard_disagreements,
+            "grader/copies": self.copies,
         }
         out.update({f"grader/fallbacks/{reason}": n for reason, n in sorted(self.fallbacks.items())})
         return out
@@ -187,6 +193,28 @@ def _rank_guarded(
     return _merge(first, second)
 
 
+def identical_candidates(ws: GroupWorkspace, passing: Sequence[str]) -> dict[str, list[str]]:
+    """The passing candidates by what they are (:meth:`GroupWorkspace.fingerprint`): the first of each
+    set of identical candidates -> the whole set, in ``passing`` order. The grader sees one of each, so
+    identical patches always share a rank and a group of copies needs no grading."""
+    by_fingerprint: dict[str, list[str]] = {}
+    for tid in passing:
+        by_fingerprint.setdefault(ws.fingerprint(tid), []).append(tid)
+    return {ids[0]: ids for ids in by_fingerprint.values()}
+
+
+def _with_copies(ranking: Ranking, copies: dict[str, list[str]]) -> Ranking:
+    """``ranking`` of the first of each set of identical candidates, extended to every copy."""
+    tiers = [[tid for first in tier for tid in copies[first]] for tier in ranking.tiers]
+    scores = None
+    if ranking.scores is not None:
+        scores = {tid: ranking.scores[first] for first in copies for tid in copies[first]}
+    evidence = {
+        tid: line for first, line in ranking.evidence.items() if first in copies for tid in copies[first]
+    }
+    return Ranking(tiers, scores, evidence)
+
+
 def _failure_reason(exc: Exception) -> str:
     if isinstance(exc, GraderFailure):
         return exc.reason
@@ -205,12 +233,14 @@ def grade_group(
     metrics = metrics if metrics is not None else GraderMetrics()
     passing = ws.passing_ids
     start = time.monotonic()
-    if len(passing) < 2:
+    copies = identical_candidates(ws, passing)
+    metrics.copies += len(passing) - len(copies)
+    if len(copies) < 2:
         grade = Grade(group_id=ws.group_id, ranking=[passing] if passing else [], grader="trivial")
         metrics.add(grade)
         return grade
     try:
-        ranking = _rank_guarded(grader, ws, passing, guard, metrics)
+        ranking = _with_copies(_rank_guarded(grader, ws, list(copies), guard, metrics), copies)
         grade = Grade(
             group_id=ws.group_id,
             ranking=ranking.tiers,

@@ -174,6 +174,32 @@ class GroupWorkspace:
         path = self.folder(trajectory_id) / CONVERSATION
         return path.read_text(encoding="utf-8") if path.is_file() else ""
 
+    def fingerprint(self, trajectory_id: str) -> str:
+        """What the candidate is, hashed: the bytes of every file its patch changed (or that the file is
+        gone), its conversation and its agent counts. Candidates with equal fingerprints are the same
+        candidate to a grader, however their patches were written."""
+        key = ("fingerprint", trajectory_id)
+        if key not in self.cache:
+            entry, tree = self.entry(trajectory_id), self.tree(trajectory_id)
+            digest = hashlib.sha256()
+
+            def add(part: bytes) -> None:
+                digest.update(len(part).to_bytes(8, "big") + part)
+
+            for path in sorted(entry.changed_files):
+                target = tree / path
+                add(path.encode())
+                if target.is_symlink():
+                    add(b"link:" + str(target.readlink()).encode())
+                elif target.is_file():
+                    add(b"file:" + target.read_bytes())
+                else:
+                    add(b"absent")
+            add(self.conversation(trajectory_id).encode())
+            add(f"{entry.turns}/{entry.tests_run}/{entry.edits_reverted}".encode())
+            self.cache[key] = digest.hexdigest()
+        return self.cache[key]
+
     def base_text(self, path: str) -> str | None:
         """A file of the base repository, None if absent or not UTF-8."""
         return self._read(self.base, path)
