@@ -104,7 +104,8 @@ def test_grade_command_writes_one_grade_per_group(tmp_path: Path) -> None:
     args += ["--results", str(tmp_path / "results.jsonl"), "--out", str(tmp_path / "grades.jsonl")]
     args += ["--workspace", str(tmp_path / "ws"), "--grader", "heuristic"]
     output = _run(args)
-    assert "2 groups graded (0 trivial), 1 fallbacks: workspace_error 1" in output
+    assert "2 groups graded (0 trivial, 0 candidates graded through an identical one)" in output
+    assert "1 fallbacks: workspace_error 1" in output
     g1, g2 = read_records(tmp_path / "grades.jsonl", Grade)
     assert g1.group_id == "g1"
     assert not g1.fallback

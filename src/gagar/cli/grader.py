@@ -244,7 +244,8 @@ def grade(
         raise typer.BadParameter(str(exc)) from None
     reasons = {k.rpartition("/")[2]: v for k, v in metrics.items() if k.startswith("grader/fallbacks/")}
     typer.echo(
-        f"{metrics['grader/groups']:.0f} groups graded ({metrics['grader/trivial']:.0f} trivial), "
+        f"{metrics['grader/groups']:.0f} groups graded ({metrics['grader/trivial']:.0f} trivial, "
+        f"{metrics['grader/copies']:.0f} candidates graded through an identical one), "
         f"{metrics['grader/fallbacks']:.0f} fallbacks: "
         + (", ".join(f"{r} {n:.0f}" for r, n in sorted(reasons.items())) or "none")
     )
