@@ -7,16 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
-from grader_fixtures import group
+from grader_fixtures import CALC, CANDIDATES, FIXED, GOLD, PRINTY, group, task
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gagar.grader import tools
-from gagar.grader.base import Ranking, grade_group
+from gagar.grader.base import GraderMetrics, PositionGuard, Ranking, grade_group
 from gagar.grader.heuristic import HeuristicGrader
-from gagar.grader.workspace import GroupWorkspace, safe_name
+from gagar.grader.workspace import CandidateInput, GroupWorkspace, build_group_workspace, safe_name
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend
+from gagar.sandbox.patch import file_diff
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +119,6 @@ def test_heuristic_ranks_a_fix_that_leaves_the_old_line_commented_out_below_a_cl
 ) -> None:
     """Same size, same scope: only the style findings tell them apart (ruff's default rules see no
     commented-out code)."""
-    from grader_fixtures import CALC, FIXED, task
-
-    from gagar.grader.workspace import CandidateInput, build_group_workspace
-    from gagar.sandbox.patch import file_diff
-
     documented = FIXED.replace("def add(a, b):\n", 'def add(a, b):\n    """The sum."""\n')
     commented = FIXED.replace("    return a + b\n", "    # return a + b + 1\n    return a + b\n")
     candidates = [
@@ -151,10 +147,6 @@ class _Recording:
 
 
 def _copies_group(root: Path, patches: dict[str, str]) -> GroupWorkspace:
-    from grader_fixtures import task
-
-    from gagar.grader.workspace import CandidateInput, build_group_workspace
-
     candidates = [CandidateInput(t, p) for t, p in patches.items()]
     return build_group_workspace(root, "g", task(), candidates, dict.fromkeys(patches, True))
 
@@ -162,10 +154,6 @@ def _copies_group(root: Path, patches: dict[str, str]) -> GroupWorkspace:
 def test_identical_candidates_reach_the_grader_once_and_share_its_rank(tmp_path: Path) -> None:
     """Two copies of the gold patch and one written without the git header (the same tree) are one
     candidate to the grader; the debug-print patch is another."""
-    from grader_fixtures import GOLD, PRINTY
-
-    from gagar.grader.base import GraderMetrics
-
     headerless = GOLD.split("\n", 1)[1]
     assert headerless != GOLD
     ws = _copies_group(tmp_path, {"p": PRINTY, "g1": GOLD, "g2": GOLD, "g3": headerless})
@@ -179,8 +167,6 @@ def test_identical_candidates_reach_the_grader_once_and_share_its_rank(tmp_path:
 
 
 def test_a_group_of_copies_needs_no_grader(tmp_path: Path) -> None:
-    from grader_fixtures import GOLD
-
     grader = _Recording()
     grade = grade_group(grader, _copies_group(tmp_path, {"a": GOLD, "b": GOLD}))
     assert grader.orders == []
@@ -191,7 +177,7 @@ def test_a_group_of_copies_needs_no_grader(tmp_path: Path) -> None:
 def test_fingerprints_tell_apart_what_the_grader_could_tell_apart(ws: GroupWorkspace) -> None:
     prints = {t: ws.fingerprint(t) for t in ("gold", "printy", "wide", "readme")}
     assert len(set(prints.values())) == 4
-    assert ws.fingerprint("gold") == prints["gold"]
+    assert GroupWorkspace.load(ws.root).fingerprint("gold") == prints["gold"]  # from disk, not a cache
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -199,10 +185,6 @@ def test_fingerprints_tell_apart_what_the_grader_could_tell_apart(ws: GroupWorks
 def test_copies_always_share_a_tier_and_each_distinct_patch_is_ranked_once_per_order(
     tmp_path_factory: pytest.TempPathFactory, choice: list[str]
 ) -> None:
-    from grader_fixtures import CANDIDATES
-
-    from gagar.grader.base import PositionGuard
-
     patches = {f"t{i}-{name}": CANDIDATES[name] for i, name in enumerate(choice)}
     grader = _Recording()
     grade = grade_group(grader, _copies_group(tmp_path_factory.mktemp("g"), patches), PositionGuard())
