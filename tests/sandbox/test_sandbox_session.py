@@ -84,6 +84,9 @@ def test_shell_persists_and_edits_make_the_patch(session: LocalSession) -> None:
         session.edit({"command": "view", "path": "calc.py", "view_range": [2, 2]}, 5)
         == "     2\t    return a - b\n"
     )
+    assert session.edit({"command": "view", "path": "pkg/calc.py"}, 5) == (
+        "error: /sandbox/repo/pkg/calc.py does not exist or is not a file; files of that name: calc.py\n"
+    )
     refused = session.edit(
         {"command": "str_replace", "path": "calc.py", "old_str": "return a-b", "new_str": "x"}, 5
     )

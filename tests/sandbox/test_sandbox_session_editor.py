@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gagar.sandbox.session_editor import EditError, insert_after, replace_unique, resolve, view_lines
+from gagar.sandbox.session_editor import (
+    EditError,
+    insert_after,
+    replace_unique,
+    resolve,
+    same_name,
+    view_lines,
+)
 
 LINES = st.lists(st.text(alphabet="abc xyz()=:", max_size=12), max_size=12)
 
@@ -51,3 +60,13 @@ def test_paths_stay_in_the_tree() -> None:
     for bad in ("../etc/passwd", "/etc/passwd", "/sandbox/repository/x", ""):
         with pytest.raises(EditError):
             resolve(bad)
+
+
+def test_a_missing_file_names_the_files_of_its_name(tmp_path: Path) -> None:
+    tree = ("src/pkg/mod.py", "tests/mod.py", "src/pkg/__pycache__/mod.py", ".git/mod.py", "src/other.py")
+    for rel in tree:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    found = same_name(str(tmp_path / "pkg/mod.py"), root=str(tmp_path))
+    assert sorted(found) == ["src/pkg/mod.py", "tests/mod.py"]
+    assert same_name(str(tmp_path / "nothing.py"), root=str(tmp_path)) == []

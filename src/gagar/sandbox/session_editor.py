@@ -121,9 +121,23 @@ def _push(full: str, before: str | None) -> None:
         json.dump(stack, fh)
 
 
+def same_name(full: str, root: str = ROOT) -> list[str]:
+    """Files of the tree under ``root`` named as ``full`` is (relative paths, at most 5): a small model
+    often gets the package directory wrong and the module right, and the refusal then names the way on."""
+    name = os.path.basename(full)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        if name in filenames:
+            found.append(os.path.relpath(os.path.join(dirpath, name), root))
+    return found[:5]
+
+
 def _read(full: str) -> str:
     if not os.path.isfile(full):
-        raise EditError(f"{full} does not exist or is not a file")
+        others = same_name(full) if not os.path.isdir(full) else []
+        hint = f"; files of that name: {', '.join(others)}" if others else ""
+        raise EditError(f"{full} does not exist or is not a file{hint}")
     with open(full, encoding="utf-8", errors="replace") as fh:
         return fh.read()
 
