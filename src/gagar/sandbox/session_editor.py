@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 
 ROOT = "/sandbox/repo"
 STATE = "/sandbox/state"
@@ -121,13 +122,19 @@ def _push(full: str, before: str | None) -> None:
         json.dump(stack, fh)
 
 
+def _walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` of ``top`` in name order, leaving out hidden folders and ``__pycache__``."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        yield dirpath, dirnames, filenames
+
+
 def same_name(full: str, root: str = ROOT) -> list[str]:
     """Files of the tree under ``root`` named as ``full`` is (relative paths, at most 5): a small model
     often gets the package directory wrong and the module right, and the refusal then names the way on."""
     name = os.path.basename(full)
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+    for dirpath, _, filenames in _walk(root):
         if name in filenames:
             found.append(os.path.relpath(os.path.join(dirpath, name), root))
     return found[:5]
@@ -150,8 +157,7 @@ def _write(full: str, text: str) -> None:
 
 def _listing(full: str) -> str:
     names = []
-    for dirpath, dirnames, filenames in os.walk(full):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+    for dirpath, dirnames, filenames in _walk(full):
         depth = dirpath[len(full) :].count("/")
         if depth >= 2:
             dirnames[:] = []
