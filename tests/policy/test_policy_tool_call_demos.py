@@ -12,7 +12,7 @@ from gagar.policy.agent_format import answer_from_patch
 from gagar.policy.demos import DemoAnswer
 from gagar.policy.rollout import agent_for
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.tool_call_demos import demo_calls, tool_call_demos
+from gagar.policy.tool_call_demos import demo_calls, tool_call_demos, wrong_folder
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="sessions drop to a sandbox uid: needs root")
 
@@ -27,7 +27,9 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
     answers = _answers(tasks)
     corpus = [s for t in tasks for s in (*t.snapshot.values(), t.problem_statement)]
     tokenizer = train_tokenizer([*corpus, *agent_for(AGENT).vocabulary()], vocab_size=600)
-    demos, counts = tool_call_demos(answers, tokenizer, AGENT, seed=0, refusal_share=1.0)
+    demos, counts = tool_call_demos(
+        answers, tokenizer, AGENT, seed=0, refusal_share=1.0, wrong_path_share=0.0
+    )
     assert len(demos) == len(tasks)
     assert counts["recovered"] == len(tasks)
     script = demo_calls(answers[0], random.Random(0), 1.0)
@@ -42,3 +44,28 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
         assert "not found" not in trained  # ...neither of them trained on
         assert "passed" not in trained
         assert trained.count("<tool_call>") == 6
+
+
+def test_demonstrations_follow_a_refused_view_to_the_file_of_its_name(tasks) -> None:
+    answers = _answers(tasks)
+    corpus = [s for t in tasks for s in (*t.snapshot.values(), t.problem_statement)]
+    tokenizer = train_tokenizer([*corpus, *agent_for(AGENT).vocabulary()], vocab_size=600)
+    demos, counts = tool_call_demos(
+        answers, tokenizer, AGENT, seed=0, refusal_share=0.0, wrong_path_share=1.0
+    )
+    assert len(demos) == len(tasks)
+    assert counts["recovered"] == len(tasks)
+    for demo, answer in zip(demos, answers, strict=True):
+        text = tokenizer.decode(demo.answer_ids)
+        trained = tokenizer.decode([t for t, m in zip(demo.answer_ids, demo.answer_mask, strict=True) if m])
+        right = answer.task.patch.split("\n", 1)[0].split(" b/", 1)[1]
+        assert f"files of that name: {right}" in text  # the real editor's refusal names the file...
+        assert "does not exist" not in trained  # ...and is not trained on
+        assert trained.count("<tool_call>") == 5
+
+
+def test_a_wrong_folder_is_one_the_refusal_can_name() -> None:
+    assert wrong_folder("pkg/mod.py", ["pkg/mod.py", "pkg/util.py"]) == "mod.py"
+    assert wrong_folder("mod.py", ["mod.py", "tests/test_mod.py"]) == "src/mod.py"
+    assert wrong_folder("pkg/mod.py", ["pkg/mod.py", "tests/mod.py"]) is None  # two files of the name
+    assert wrong_folder("src/mod.py", ["src/mod.py"]) == "mod.py"

@@ -5,7 +5,8 @@ the real conversation loop and a real sandboxed session per task (:mod:`gagar.sa
 every tool answer (the numbered view, the editor's refusal, the test run's output), the template's
 rendering and the loss mask are exactly a rollout's::
 
-    str_replace_editor view <the file the answer changes>
+    str_replace_editor view <the file in a wrong folder>     (wrong_path_share of them: refused, naming...)
+    str_replace_editor view <the file the answer changes>    (...the file, which is then viewed)
     str_replace_editor str_replace <a misquoted old_str>     (refusal_share of them: refused...)
     str_replace_editor view <the lines around the edit>      (...then the lines viewed again)
     str_replace_editor str_replace <old_str> <new_str>       one per edit block (create for a new file)
@@ -33,10 +34,22 @@ from gagar.policy.tool_loop import check_append_only, run_tool_loops
 from gagar.sandbox.edits import EditBlock, parse_edit_blocks
 from gagar.schema.trajectory import SamplingParams
 
-__all__ = ["REFUSAL_SHARE", "call_text", "demo_calls", "misquote", "tool_call_demos"]
+__all__ = [
+    "REFUSAL_SHARE",
+    "WRONG_PATH_SHARE",
+    "call_text",
+    "demo_calls",
+    "misquote",
+    "tool_call_demos",
+    "wrong_folder",
+]
 
 REFUSAL_SHARE = 0.3
 """Share of demonstrations whose first edit misquotes the file, is refused, and is redone after a view."""
+WRONG_PATH_SHARE = 0.2
+"""Share of demonstrations whose first view names the file in a folder that does not exist, and whose
+next view follows the editor's refusal to the file of that name (the tool-call agent's commonest
+refused call: docs/results/tool-call-agent.md)."""
 
 
 def call_text(name: str, **arguments: object) -> str:
@@ -57,6 +70,16 @@ def misquote(search: str) -> str | None:
     return None
 
 
+def wrong_folder(path: str, files: Sequence[str]) -> str | None:
+    """``path`` in a folder of the tree it is not in, when the tree holds no other file of its name (so
+    the editor's refusal names exactly ``path``): at the top for a file in a folder, else under ``src/``."""
+    name = path.rsplit("/", 1)[-1]
+    if sum(f.rsplit("/", 1)[-1] == name for f in files) != 1:
+        return None
+    wrong = name if "/" in path else f"src/{name}"
+    return None if wrong in files else wrong
+
+
 def _edit_call(block: EditBlock) -> str:
     if not block.search:
         return call_text("str_replace_editor", command="create", path=block.path, file_text=block.replace)
@@ -69,7 +92,9 @@ def _edit_call(block: EditBlock) -> str:
     )
 
 
-def demo_calls(demo: DemoAnswer, rng: random.Random, refusal_share: float) -> list[str]:
+def demo_calls(
+    demo: DemoAnswer, rng: random.Random, refusal_share: float, wrong_path_share: float = 0.0
+) -> list[str]:
     """The assistant turns of one demonstration (module docstring).
 
     Raises:
@@ -78,9 +103,14 @@ def demo_calls(demo: DemoAnswer, rng: random.Random, refusal_share: float) -> li
     blocks = parse_edit_blocks(demo.answer)
     if not blocks:
         raise ValueError(f"{demo.task.instance_id}: the answer has no edit")
-    script = [call_text("str_replace_editor", command="view", path=blocks[0].path)]
     first = blocks[0]
-    text = (demo.task.snapshot or {}).get(first.path, "")
+    snapshot = demo.task.snapshot or {}
+    script = []
+    wrong_path = wrong_folder(first.path, list(snapshot)) if first.path in snapshot else None
+    if wrong_path is not None and rng.random() < wrong_path_share:
+        script.append(call_text("str_replace_editor", command="view", path=wrong_path))
+    script.append(call_text("str_replace_editor", command="view", path=first.path))
+    text = snapshot.get(first.path, "")
     wrong = misquote(first.search) if first.search else None
     if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
         line = text[: text.index(first.search)].count("\n") + 1
@@ -108,11 +138,12 @@ def tool_call_demos(
     seed: int,
     sandbox: object | None = None,
     refusal_share: float = REFUSAL_SHARE,
+    wrong_path_share: float = WRONG_PATH_SHARE,
 ) -> tuple[list[Demonstration], Counter[str]]:
     """One demonstration per answer, replayed in a session of ``sandbox`` (default: the local backend);
     the loss on the assistant turns only.
 
-    Returns the demonstrations and counts: ``recovered`` (a refused edit, then the right one),
+    Returns the demonstrations and counts: ``recovered`` (a refused call, then the right one),
     ``dropped_too_long`` (no submit within ``agent``'s budgets), ``skipped`` (no script, or the replay
     did not reproduce the answer).
     """
@@ -129,7 +160,7 @@ def tool_call_demos(
         check_append_only(tokenizer, answers[0].task, kit)
     for demo in answers:
         try:
-            script = demo_calls(demo, rng, refusal_share)
+            script = demo_calls(demo, rng, refusal_share, wrong_path_share)
         except ValueError:
             counts["skipped"] += 1
             continue
