@@ -23,10 +23,19 @@ def _answers(tasks) -> list[DemoAnswer]:
     return [DemoAnswer(t, answer_from_patch(t.snapshot, t.patch), False) for t in tasks]
 
 
-def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
-    answers = _answers(tasks)
+def _tokenizer(tasks):
     corpus = [s for t in tasks for s in (*t.snapshot.values(), t.problem_statement)]
-    tokenizer = train_tokenizer([*corpus, *agent_for(AGENT).vocabulary()], vocab_size=600)
+    return train_tokenizer([*corpus, *agent_for(AGENT).vocabulary()], vocab_size=600)
+
+
+def _decoded(tokenizer, demo) -> tuple[str, str]:
+    """The demonstration's whole text and the part under the loss."""
+    trained = [t for t, m in zip(demo.answer_ids, demo.answer_mask, strict=True) if m]
+    return tokenizer.decode(demo.answer_ids), tokenizer.decode(trained)
+
+
+def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
+    answers, tokenizer = _answers(tasks), _tokenizer(tasks)
     demos, counts = tool_call_demos(
         answers, tokenizer, AGENT, seed=0, refusal_share=1.0, wrong_path_share=0.0
     )
@@ -37,8 +46,7 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
         "view", "str_replace", "view", "str_replace", "python -m pytest -q",
     ]  # fmt: skip
     for demo in demos:
-        text = tokenizer.decode(demo.answer_ids)
-        trained = tokenizer.decode([t for t, m in zip(demo.answer_ids, demo.answer_mask, strict=True) if m])
+        text, trained = _decoded(tokenizer, demo)
         assert "old_str was not found verbatim" in text  # the real editor's refusal, in context...
         assert "passed" in text  # ...and the real test run
         assert "not found" not in trained  # ...neither of them trained on
@@ -47,17 +55,14 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
 
 
 def test_demonstrations_follow_a_refused_view_to_the_file_of_its_name(tasks) -> None:
-    answers = _answers(tasks)
-    corpus = [s for t in tasks for s in (*t.snapshot.values(), t.problem_statement)]
-    tokenizer = train_tokenizer([*corpus, *agent_for(AGENT).vocabulary()], vocab_size=600)
+    answers, tokenizer = _answers(tasks), _tokenizer(tasks)
     demos, counts = tool_call_demos(
         answers, tokenizer, AGENT, seed=0, refusal_share=0.0, wrong_path_share=1.0
     )
     assert len(demos) == len(tasks)
     assert counts["recovered"] == len(tasks)
     for demo, answer in zip(demos, answers, strict=True):
-        text = tokenizer.decode(demo.answer_ids)
-        trained = tokenizer.decode([t for t, m in zip(demo.answer_ids, demo.answer_mask, strict=True) if m])
+        text, trained = _decoded(tokenizer, demo)
         right = answer.task.patch.split("\n", 1)[0].split(" b/", 1)[1]
         assert f"files of that name: {right}" in text  # the real editor's refusal names the file...
         assert "does not exist" not in trained  # ...and is not trained on
