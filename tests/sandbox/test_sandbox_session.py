@@ -23,7 +23,7 @@ import pytest
 
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
-from gagar.sandbox.process import live_pids_of
+from gagar.sandbox.process import become_subreaper, live_pids_of, pids_of, wait_reaped
 from gagar.sandbox.session import LocalSession, open_session, read_tree
 from gagar.sandbox.workspace import PREFIX, sweep_orphans
 from gagar.schema.task import Task
@@ -204,3 +204,20 @@ def test_calls_of_many_sessions_run_together(backend: LocalBackend) -> None:
         assert (a.finish(), b.finish()) == ("a\n", "b\n")
         assert time.monotonic() - start < 1.9
         assert a.uid != b.uid
+
+
+def test_orphans_of_a_sandbox_uid_are_reaped_here() -> None:
+    """A killed sandbox's PID-namespace init is orphaned; the process that ran it adopts and reaps it,
+    instead of waiting for the host's PID 1 (slow on some VMs, absent where this program is PID 1)."""
+    uid = 63990
+    become_subreaper()
+    subprocess.run(  # the shell exits at once; its background child becomes an orphan, adopted here
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sh", "-c", "sleep 0.2 & exit 0"],
+        check=True,
+    )
+    deadline = time.monotonic() + 10
+    while not [p for p in pids_of(uid, zombies=True) if p not in live_pids_of(uid)]:
+        assert time.monotonic() < deadline, "the orphan never became a zombie"
+        time.sleep(0.05)
+    assert wait_reaped(uid, timeout_s=5) == 0  # nobody else would reap it: only this process can
+    assert pids_of(uid, zombies=True) == []

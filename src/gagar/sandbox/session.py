@@ -39,7 +39,7 @@ from pathlib import Path
 from gagar.sandbox.isolation import sandbox_env, session_argv
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import InfraError, LocalBackend, LocalSandboxSettings, clear_uid, tool_path
-from gagar.sandbox.process import wait_reaped
+from gagar.sandbox.process import become_subreaper, wait_reaped
 from gagar.sandbox.session_pod import SKIPPED_DIRS, read_tree
 from gagar.sandbox.shell_session import EDITOR, SessionError, ShellSession, editor_command
 from gagar.sandbox.uids import lease_uid
@@ -74,6 +74,7 @@ class LocalSession(ShellSession):
         max_chars: int,
     ) -> None:
         super().__init__(limits, max_chars)
+        become_subreaper()  # so that closing reaps the sandbox's orphaned init at once
         self.settings = settings
         self.python = task.environment.python or settings.python
         self._stack = contextlib.ExitStack()
