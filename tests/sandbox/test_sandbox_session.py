@@ -216,7 +216,7 @@ def test_orphans_of_a_sandbox_uid_are_reaped_here() -> None:
         check=True,
     )
     deadline = time.monotonic() + 10
-    while not [p for p in pids_of(uid, zombies=True) if p not in live_pids_of(uid)]:
+    while not set(pids_of(uid, zombies=True)) - set(live_pids_of(uid)):
         assert time.monotonic() < deadline, "the orphan never became a zombie"
         time.sleep(0.05)
     assert wait_reaped(uid, timeout_s=5) == 0  # nobody else would reap it: only this process can
