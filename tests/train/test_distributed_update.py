@@ -120,20 +120,20 @@ def _max_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float
 
 
 @pytest.mark.parametrize(
-    ("strategy", "minibatch_size"),
-    [("ddp", 3), ("ddp", 7), ("fsdp", 3)],  # 7: the second minibatch has one row for two ranks
+    ("strategy", "minibatch_size", "micro_batch_tokens"),
+    # 7: the second minibatch has one row for two ranks; micro_batch_tokens 1: a pass a row, so the
+    # ranks' rows (4 and 3) take different numbers of passes and the short rank makes them up
+    [("ddp", 3, None), ("ddp", 7, None), ("fsdp", 3, None), ("ddp", 7, 1), ("fsdp", 7, 1)],
 )
 def test_two_ranks_update_the_parameters_one_process_does(
-    batch: dict[str, Path], tmp_path: Path, strategy: str, minibatch_size: int
+    batch: dict[str, Path], tmp_path: Path, strategy: str, minibatch_size: int, micro_batch_tokens: int | None
 ) -> None:
     steps = (0, 1) if strategy == "fsdp" else (0,)  # fsdp: also resume its own (name-keyed) optimizer state
+    optim = {"minibatch_size": minibatch_size, "epochs": 2}
     for step in steps:
-        _run(_command(batch, tmp_path / "one", step, 1, minibatch_size=minibatch_size, epochs=2))
-        _run(
-            _command(
-                batch, tmp_path / "two", step, 2, minibatch_size=minibatch_size, epochs=2, strategy=strategy
-            )
-        )
+        _run(_command(batch, tmp_path / "one", step, 1, **optim))
+        _run(_command(batch, tmp_path / "two", step, 2, **optim, micro_batch_tokens=micro_batch_tokens,
+                      strategy=strategy))  # fmt: skip
     initial = _weights_of(batch["policy"])
     for step in steps:
         one, two = _weights(tmp_path / "one", step), _weights(tmp_path / "two", step)

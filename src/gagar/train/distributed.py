@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +32,10 @@ __all__ = [
     "DistributedSettings",
     "Strategy",
     "World",
+    "all_reduce_max",
     "all_reduce_sum",
     "init_world",
+    "merge_metrics",
     "reduce_metrics",
     "shard",
     "wrap_model",
@@ -98,6 +100,44 @@ def all_reduce_sum(value: float, world: World | None) -> float:
     return float(tensor.item())
 
 
+def all_reduce_max(value: float, world: World | None) -> float:
+    """The largest ``value`` of the ranks (itself without a world)."""
+    if world is None:
+        return value
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor.item())
+
+
+def _summed(key: str) -> bool:
+    """Losses (already divided by the minibatch's token count) and token counts add up across parts."""
+    return key == "policy/tokens" or key.startswith("loss/")
+
+
+def merge_metrics(parts: Sequence[tuple[Mapping[str, float], float]]) -> dict[str, float]:
+    """The metrics of one process's micro-batches ``(metrics, tokens)`` as one pass over all of them
+    would give: losses and token counts summed, ratio extremes as min and max, other diagnostics
+    token-weighted (a diagnostic is absent from a part without tokens)."""
+    if len(parts) == 1:
+        return dict(parts[0][0])
+    out: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for metrics, tokens in parts:
+        for key, value in metrics.items():
+            if _summed(key):
+                out[key] = out.get(key, 0.0) + value
+            elif key == "policy/ratio_min":
+                out[key] = min(out.get(key, math.inf), value)
+            elif key == "policy/ratio_max":
+                out[key] = max(out.get(key, -math.inf), value)
+            else:
+                out[key] = out.get(key, 0.0) + value * tokens
+                weights[key] = weights.get(key, 0.0) + tokens
+    return {k: v / weights[k] if weights.get(k) else v for k, v in out.items()}
+
+
 def reduce_metrics(metrics: Mapping[str, float], tokens: float, world: World | None) -> dict[str, float]:
     """One minibatch's metrics over every rank: losses (already divided by the global token count)
     and token counts summed, ratio extremes as min and max, other diagnostics token-weighted."""
@@ -106,7 +146,7 @@ def reduce_metrics(metrics: Mapping[str, float], tokens: float, world: World | N
     import torch.distributed as dist
 
     keys = sorted(set(metrics) | set(_DIAGNOSTICS))  # the same on every rank, even one without tokens
-    summed = {"policy/tokens"} | {k for k in keys if k.startswith("loss/")}
+    summed = {k for k in keys if _summed(k)}
     values = [metrics.get(k, 0.0) if k in summed else metrics.get(k, 0.0) * tokens for k in keys]
     weighted = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(weighted, op=dist.ReduceOp.SUM)

@@ -61,6 +61,11 @@ class OptimConfig(BaseModel):
     """Trajectories per optimizer step."""
     max_grad_norm: float = Field(default=1.0, gt=0)
     """Gradient clipping by global norm."""
+    micro_batch_tokens: int | None = Field(default=None, ge=1)
+    """Most padded tokens (prompt and response, times the rows) in one forward and backward pass: a
+    process's rows of a minibatch beyond it are split into micro-batches whose gradients add up before
+    the minibatch's one optimizer step, so the update is the same and its activation memory bounded
+    (long multi-turn trajectories); a row longer than this runs alone. Unset: a process's rows at once."""
     loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
     """Clip range, KL coefficient and estimator."""
 

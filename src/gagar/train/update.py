@@ -23,8 +23,10 @@ from gagar.train.checkpoint import CheckpointManager
 from gagar.train.distributed import (
     Strategy,
     World,
+    all_reduce_max,
     all_reduce_sum,
     init_world,
+    merge_metrics,
     reduce_metrics,
     shard,
     unwrapped,
@@ -48,6 +50,7 @@ __all__ = [
     "StaleTrajectoryError",
     "check_policy_versions",
     "make_optimizer",
+    "micro_batches",
     "run_update",
     "update_policy",
 ]
@@ -89,6 +92,22 @@ def _temperature(trajectories: Sequence[Trajectory]) -> float:
             f"trajectories of one update were sampled at different temperatures: {sorted(temps)}"
         )
     return temps.pop()
+
+
+def micro_batches(lengths: Sequence[int], max_tokens: int | None) -> list[list[int]]:
+    """Positions ``0..len(lengths)-1`` in order, cut into runs whose padded size (rows times the longest
+    row) is at most ``max_tokens``; a row longer than that is a run alone; None: one run."""
+    if max_tokens is None or not lengths:
+        return [list(range(len(lengths)))]
+    runs: list[list[int]] = [[]]
+    longest = 0
+    for i, n in enumerate(lengths):
+        if runs[-1] and (len(runs[-1]) + 1) * max(longest, n) > max_tokens:
+            runs.append([])
+            longest = 0
+        runs[-1].append(i)
+        longest = max(longest, n)
+    return runs
 
 
 def update_policy(
@@ -137,32 +156,26 @@ def update_policy(
         for first in range(0, len(order), config.minibatch_size):
             minibatch = order[first : first + config.minibatch_size]
             rows = shard(minibatch, world)
-            empty = not rows  # fewer rows than ranks: run a fully masked row, so the collectives match
-            rows = rows or [int(minibatch[0])]
-            chunk = [trajectories[i] for i in rows]
-            packed = pack_sequences(
-                [t.prompt_token_ids for t in chunk], [t.response_token_ids for t in chunk], pad_id
-            )
-            width = packed.response_len
-            old = pad_rows([t.old_logprobs for t in chunk], width, 0.0, torch.float32)  # (rows, width)
-            mask = pad_rows([t.loss_mask for t in chunk], width, 0, torch.float32)  # (rows, width)
-            mask = mask * 0.0 if empty else mask
-            adv = torch.tensor(advantages[rows], dtype=torch.float32)
-            n_tokens = all_reduce_sum(float(mask.sum()), world)  # the whole minibatch's tokens
-            args = (packed.input_ids, packed.attention_mask, packed.response_start, width, temperature)
-            logprobs, entropy = response_logprobs_and_entropy(model, *args)  # (rows, width) each
-            ref = None
-            if config.loss.kl_coef > 0:
-                with torch.no_grad():
-                    ref = response_logprobs(reference, *args)
-            loss, metrics = policy_loss(
-                logprobs, old, adv, mask, config.loss, ref_logprobs=ref, n_tokens=n_tokens
-            )
-            if mask.sum() > 0:  # the policy's token-mean entropy over the response tokens it produced
-                metrics["policy/entropy"] = float(token_mean(entropy, mask.bool()))
-            metrics = reduce_metrics(metrics, float(mask.sum()), world)
+            local_tokens = float(sum(sum(trajectories[i].loss_mask) for i in rows))
+            n_tokens = all_reduce_sum(local_tokens, world)  # the whole minibatch's tokens
+            lengths = [_length(trajectories[i]) for i in rows]
+            runs = [[rows[j] for j in run] for run in micro_batches(lengths, config.micro_batch_tokens)]
+            # Every rank runs as many backward passes (the collectives match); a rank short of rows or of
+            # runs makes up the difference with passes over a fully masked row.
+            runs += [[]] * (int(all_reduce_max(len(runs), world)) - len(runs))
             optimizer.zero_grad(set_to_none=True)
-            (loss * (world.size if world else 1)).backward()  # DDP and FSDP average the ranks' gradients
+            parts = []
+            for run in runs:
+                picked = run or [int(minibatch[0])]
+                chunk = [trajectories[i] for i in picked]
+                parts.append(
+                    _accumulate(
+                        model, chunk, advantages[picked], masked_out=not run, n_tokens=n_tokens,
+                        config=config, pad_id=pad_id, temperature=temperature,
+                        reference=reference, world=world,
+                    )
+                )  # fmt: skip
+            metrics = reduce_metrics(merge_metrics(parts), local_tokens, world)
             params = [p for p in model.parameters() if p.requires_grad]
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)))
             optimizer.step()
@@ -180,6 +193,45 @@ def update_policy(
         }
     )
     return out
+
+
+def _length(trajectory: Trajectory) -> int:
+    return len(trajectory.prompt_token_ids) + len(trajectory.response_token_ids)
+
+
+def _accumulate(
+    model: torch.nn.Module,
+    chunk: Sequence[Trajectory],
+    advantages: np.ndarray,
+    *,
+    masked_out: bool,
+    n_tokens: float,
+    config: OptimConfig,
+    pad_id: int,
+    temperature: float,
+    reference: torch.nn.Module | None,
+    world: World | None,
+) -> tuple[dict[str, float], float]:
+    """One forward and backward pass over ``chunk``, its loss divided by the minibatch's ``n_tokens`` so
+    the gradients of a minibatch's passes add up to the minibatch's; its metrics and token count."""
+    prompts, responses = [t.prompt_token_ids for t in chunk], [t.response_token_ids for t in chunk]
+    packed = pack_sequences(prompts, responses, pad_id)
+    width = packed.response_len
+    old = pad_rows([t.old_logprobs for t in chunk], width, 0.0, torch.float32)  # (rows, width)
+    mask = pad_rows([t.loss_mask for t in chunk], width, 0, torch.float32)  # (rows, width)
+    mask = mask * 0.0 if masked_out else mask
+    adv = torch.tensor(advantages, dtype=torch.float32)
+    args = (packed.input_ids, packed.attention_mask, packed.response_start, width, temperature)
+    logprobs, entropy = response_logprobs_and_entropy(model, *args)  # (rows, width) each
+    ref = None
+    if config.loss.kl_coef > 0:
+        with torch.no_grad():
+            ref = response_logprobs(reference, *args)
+    loss, metrics = policy_loss(logprobs, old, adv, mask, config.loss, ref_logprobs=ref, n_tokens=n_tokens)
+    if mask.sum() > 0:  # the policy's token-mean entropy over the response tokens it produced
+        metrics["policy/entropy"] = float(token_mean(entropy, mask.bool()))
+    (loss * (world.size if world else 1)).backward()  # DDP and FSDP average the ranks' gradients
+    return metrics, float(mask.sum())
 
 
 def run_update(
