@@ -12,10 +12,19 @@ import torch
 from gagar.policy.agent_format import answer_from_patch
 from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
-from gagar.policy.sft import SFTConfig, batch_indices, collate, lr_factor, sft_loss, train_sft
+from gagar.policy.sft import (
+    SFTConfig,
+    batch_indices,
+    collate,
+    lr_factor,
+    sft_loss,
+    token_counts,
+    train_sft,
+)
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import score_patch
+from gagar.train.loss import micro_batches
 
 TINY = {
     "vocab_size": 400, "hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
@@ -116,6 +125,33 @@ def test_sft_loss_is_the_causal_lm_loss_on_answers_plus_weighted_prompt_loss(tas
     total, answer_part = sft_loss(model, batch, prompt_weight=0.5)
     torch.testing.assert_close(total, hf_answer_loss + 0.5 * hf_prompt_loss)
     torch.testing.assert_close(answer_part, hf_answer_loss)
+
+
+@pytest.mark.parametrize("prompt_weight", [0.0, 0.5])
+def test_micro_batches_give_the_gradient_of_the_whole_batch(tasks, prompt_weight: float) -> None:
+    answers, _ = demo_answers(tasks, noise_share=0.0, seed=0)
+    corpus = [text for a in answers for text in (*a.task.snapshot.values(), a.answer)]
+    tokenizer = train_tokenizer(corpus, 400)
+    demos, _ = tokenize_demos(answers, tokenizer, 512, 128)
+    model = build_model(tokenizer, ModelSize(32, 1, 2, 1, 64, 640))
+    pad = tokenizer.pad_token_id
+    whole_batch = collate(demos, pad)
+    whole, whole_answer = sft_loss(model, whole_batch, prompt_weight)
+    expected = torch.autograd.grad(whole, list(model.parameters()))
+    lengths = [len(d.prompt_ids) + len(d.answer_ids) for d in demos]
+    runs = micro_batches(lengths, max(lengths) + 1)  # a demonstration a pass
+    assert len(runs) == len(demos) > 1
+    counts = token_counts(whole_batch)
+    summed = [torch.zeros_like(p) for p in model.parameters()]
+    answer = 0.0
+    for run in runs:
+        loss, answer_part = sft_loss(model, collate([demos[i] for i in run], pad), prompt_weight, counts)
+        for total, grad in zip(summed, torch.autograd.grad(loss, list(model.parameters())), strict=True):
+            total += grad
+        answer += answer_part.item()
+    for got, want in zip(summed, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert answer == pytest.approx(whole_answer.item(), rel=1e-5)
 
 
 def test_batches_are_deterministic_of_similar_length_and_cover_every_demo() -> None:

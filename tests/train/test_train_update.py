@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gagar.schema.trajectory import SamplingParams, Trajectory
-from gagar.train.update import OptimConfig, make_optimizer, micro_batches, update_policy
+from gagar.train.loss import micro_batches
+from gagar.train.update import OptimConfig, make_optimizer, update_policy
 
 
 @given(st.lists(st.integers(1, 50), max_size=12), st.integers(1, 120))

@@ -108,6 +108,12 @@ def sft(
     ),
     seed: int = typer.Option(0, help="Seed of the data order and initialisation."),
     threads: int | None = typer.Option(None, help="torch CPU threads (default from SFTConfig.num_threads)."),
+    micro_batch_tokens: int | None = typer.Option(
+        None,
+        min=1,
+        help="Most padded tokens in one forward and backward pass; a step's batch beyond it is split into "
+        "passes whose gradients add up (the same step, bounded memory; default: the batch at once).",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
     agent: AgentKind | None = AGENT_OPTION,
     max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
@@ -126,6 +132,7 @@ def sft(
         "lr": lr,
         "noise_share": noise_share,
         "num_threads": threads,
+        "micro_batch_tokens": micro_batch_tokens,
         "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}

@@ -35,6 +35,7 @@ __all__ = [
     "PackedSequences",
     "PolicyLossConfig",
     "kl_penalty",
+    "micro_batches",
     "pack_sequences",
     "pad_rows",
     "policy_loss",
@@ -102,6 +103,22 @@ def pack_sequences(
     attention_mask = pad_rows([[1] * len(r) for r in rows], input_ids.shape[1], 0, torch.long)
     response_start = torch.tensor([len(p) for p in prompts], dtype=torch.long)
     return PackedSequences(input_ids, attention_mask, response_start, max(map(len, responses)))
+
+
+def micro_batches(lengths: Sequence[int], max_tokens: int | None) -> list[list[int]]:
+    """Positions ``0..len(lengths)-1`` in order, cut into runs whose padded size (rows times the longest
+    row) is at most ``max_tokens``; a row longer than that is a run alone; None: one run."""
+    if max_tokens is None or not lengths:
+        return [list(range(len(lengths)))]
+    runs: list[list[int]] = [[]]
+    longest = 0
+    for i, n in enumerate(lengths):
+        if runs[-1] and (len(runs[-1]) + 1) * max(longest, n) > max_tokens:
+            runs.append([])
+            longest = 0
+        runs[-1].append(i)
+        longest = max(longest, n)
+    return runs
 
 
 def pad_rows(rows: Sequence[Sequence[float]], width: int, value: float, dtype: torch.dtype) -> torch.Tensor:

@@ -34,6 +34,7 @@ from gagar.train.distributed import (
 )
 from gagar.train.lora import LoraSettings, load_trainable
 from gagar.train.loss import (
+    micro_batches,
     pack_sequences,
     pad_rows,
     policy_loss,
@@ -50,7 +51,6 @@ __all__ = [
     "StaleTrajectoryError",
     "check_policy_versions",
     "make_optimizer",
-    "micro_batches",
     "run_update",
     "update_policy",
 ]
@@ -92,22 +92,6 @@ def _temperature(trajectories: Sequence[Trajectory]) -> float:
             f"trajectories of one update were sampled at different temperatures: {sorted(temps)}"
         )
     return temps.pop()
-
-
-def micro_batches(lengths: Sequence[int], max_tokens: int | None) -> list[list[int]]:
-    """Positions ``0..len(lengths)-1`` in order, cut into runs whose padded size (rows times the longest
-    row) is at most ``max_tokens``; a row longer than that is a run alone; None: one run."""
-    if max_tokens is None or not lengths:
-        return [list(range(len(lengths)))]
-    runs: list[list[int]] = [[]]
-    longest = 0
-    for i, n in enumerate(lengths):
-        if runs[-1] and (len(runs[-1]) + 1) * max(longest, n) > max_tokens:
-            runs.append([])
-            longest = 0
-        runs[-1].append(i)
-        longest = max(longest, n)
-    return runs
 
 
 def update_policy(
