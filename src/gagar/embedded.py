@@ -175,9 +175,12 @@ def _sft_config(s: EmbeddedSettings) -> Any:
 
 def _recipe_settings(s: EmbeddedSettings) -> dict[str, Any]:
     """What the policy depends on: the SFT settings and tasks, not the RL or held-out sets (nor the
-    LoRA settings of a run that trains no adapter, nor how often it checkpoints)."""
+    LoRA settings of a run that trains no adapter, nor how often it checkpoints, nor the micro-batches of
+    a run that makes none)."""
     config = _sft_config(s)
     unused = {"checkpoint_every", "keep_checkpoints"} | (set() if config.lora.enabled else {"lora"})
+    if config.micro_batch_tokens is None:
+        unused.add("micro_batch_tokens")
     if config.agent.kind is AgentKind.SINGLE:  # the multi-turn settings shape no single-shot demonstration
         unused |= {"agent", "correction_share"}
     return {"seed": s.seed, "sft_tasks": s.sft_tasks, "sft": config.model_dump(mode="json", exclude=unused)}

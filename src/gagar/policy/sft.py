@@ -266,15 +266,19 @@ def sft_loss(
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft-wrapped or not
     hidden = causal_lm.base_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     answer, prompt = _answer_and_prompt(batch)
-    n_answer, n_prompt = counts or token_counts(batch)
     used = answer | prompt if prompt_weight > 0 else answer  # (batch, width - 1)
     logits = causal_lm.get_output_embeddings()(hidden.last_hidden_state[:, :-1][used]).float()
     tokens = torch.where(answer, batch["labels"][:, 1:], batch["input_ids"][:, 1:])[used]
     per_token = torch.nn.functional.cross_entropy(logits, tokens, reduction="none")  # (n_used,)
-    answer_mean = per_token[answer[used]].sum() / max(n_answer, 1)
+
+    answer_values, prompt_values = per_token[answer[used]], per_token[prompt[used]]
+    if counts is None:  # mean(): the whole batch, bit for bit as the shipped policy was built
+        answer_mean, prompt_mean = answer_values.mean(), prompt_values.mean()
+    else:
+        answer_mean = answer_values.sum() / max(counts[0], 1)
+        prompt_mean = prompt_values.sum() / max(counts[1], 1)
     if prompt_weight <= 0:
         return answer_mean, answer_mean.detach()
-    prompt_mean = per_token[prompt[used]].sum() / max(n_prompt, 1)
     return answer_mean + prompt_weight * prompt_mean, answer_mean.detach()
 
 
@@ -448,10 +452,11 @@ def run_sft(
             group["lr"] = config.lr * lr_factor(step, config.warmup_steps, config.steps)
         picks = batch_indices(lengths, config.batch_size, config.seed, step)
         seen_tokens += sum(lengths[i] for i in picks)
-        counts = token_counts(collate([demos[i] for i in picks], pad))
+        runs = micro_batches([lengths[i] for i in picks], config.micro_batch_tokens)
+        counts = token_counts(collate([demos[i] for i in picks], pad)) if len(runs) > 1 else None
         optimizer.zero_grad(set_to_none=True)
         answer_loss = 0.0
-        for run in micro_batches([lengths[i] for i in picks], config.micro_batch_tokens):
+        for run in runs:
             batch = collate([demos[picks[j]] for j in run], pad)
             loss, answer_part = sft_loss(model, batch, config.prompt_loss_weight, counts)
             loss.backward()
