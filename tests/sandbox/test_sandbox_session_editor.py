@@ -34,7 +34,7 @@ def test_insert_puts_the_new_lines_after_the_line(lines: list[str], data: st.Dat
     st.text(max_size=5),
 )
 def test_replace_changes_exactly_one_occurrence_or_refuses(text: str, old: str, new: str) -> None:
-    if text.count(old) != 1:
+    if text.count(old) != 1 or new == old:
         with pytest.raises(EditError):
             replace_unique(text, old, new)
         return
@@ -52,6 +52,8 @@ def test_view_numbers_lines_and_ranges() -> None:
         view_lines(text, [4, 5])
     with pytest.raises(EditError, match="occurs 2 times"):
         replace_unique("x\nx\n", "x", "y")
+    with pytest.raises(EditError, match="would change nothing"):
+        replace_unique(text, "b\n", "b\n")
 
 
 def test_paths_stay_in_the_tree() -> None:

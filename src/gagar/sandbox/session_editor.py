@@ -59,6 +59,8 @@ def replace_unique(text: str, old: str, new: str) -> tuple[str, int]:
     """``text`` with the one occurrence of ``old`` replaced by ``new``, and the line it started on."""
     if not old:
         raise EditError("old_str is empty")
+    if old == new:  # answered as an edit, a no-op reads like a fix to the model
+        raise EditError("old_str and new_str are the same: the edit would change nothing")
     count = text.count(old)
     if count == 0:
         raise EditError("old_str was not found verbatim in the file; view the lines and quote them exactly")
