@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from fixtures.policy import tiny_lm
 from gagar.train.loss import (
     PolicyLossConfig,
     kl_penalty,
@@ -185,17 +186,6 @@ def test_token_logprobs_is_log_softmax_at_the_temperature():
         token_logprobs(logits, tokens, temperature=0.0)
 
 
-def _tiny_lm() -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, intermediate_size=64,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config).eval()
-
-
 def test_token_entropy_by_hand():
     # p = (1/2, 1/4, 1/4): H = ½ ln 2 + 2 · ¼ ln 4 = 1.5 ln 2; uniform over 4: ln 4
     halves = torch.log(torch.tensor([0.5, 0.25, 0.25]))
@@ -213,7 +203,7 @@ def test_token_entropy_by_hand():
 
 
 def test_response_entropy_is_that_of_the_distribution_each_response_token_was_sampled_from():
-    model = _tiny_lm()
+    model = tiny_lm()
     prompts, responses = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14, 15]]
     packed = pack_sequences(prompts, responses, pad_id=0)
     args = (packed.input_ids, packed.attention_mask, packed.response_start, packed.response_len, 0.7)
@@ -238,7 +228,7 @@ def test_the_update_logs_the_token_mean_entropy_over_the_masked_response_tokens(
     from gagar.schema.trajectory import SamplingParams, Trajectory
     from gagar.train.update import OptimConfig, make_optimizer, update_policy
 
-    model = _tiny_lm()
+    model = tiny_lm()
     prompts, responses, masks = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14]], [[1, 1], [1, 0, 1]]
     trajectories = [
         Trajectory(
@@ -268,7 +258,7 @@ def test_the_update_logs_the_token_mean_entropy_over_the_masked_response_tokens(
 
 
 def test_response_logprobs_aligns_logits_with_the_next_token():
-    model = _tiny_lm()
+    model = tiny_lm()
     prompts, responses = [[5, 6, 7], [9]], [[10, 11], [12, 13, 14, 15]]
     packed = pack_sequences(prompts, responses, pad_id=0)
     with torch.no_grad():

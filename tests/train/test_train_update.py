@@ -7,10 +7,10 @@ import copy
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fixtures.policy import tiny_lm
 from gagar.schema.trajectory import SamplingParams, Trajectory
 from gagar.train.loss import micro_batches
 from gagar.train.update import OptimConfig, make_optimizer, update_policy
@@ -27,17 +27,6 @@ def test_micro_batches_keep_order_and_bound_the_padded_size(lengths: list[int], 
 
 def test_without_a_budget_the_rows_are_one_pass() -> None:
     assert micro_batches([5, 900, 3], None) == [[0, 1, 2]]
-
-
-def _tiny_lm() -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, intermediate_size=64,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config).eval()
 
 
 def _trajectories(n: int) -> list[Trajectory]:
@@ -67,7 +56,7 @@ def test_micro_batches_update_the_parameters_one_pass_does(budget: int) -> None:
     advantages = np.linspace(-1.0, 1.2, num=7)
     results = {}
     for tokens in (None, budget):
-        model = copy.deepcopy(_tiny_lm())
+        model = copy.deepcopy(tiny_lm())
         config = OptimConfig(lr=1e-2, minibatch_size=4, epochs=2, micro_batch_tokens=tokens)
         metrics = update_policy(
             model, make_optimizer(model, config), trajectories, advantages, config, pad_id=0,
@@ -75,7 +64,7 @@ def test_micro_batches_update_the_parameters_one_pass_does(budget: int) -> None:
         )  # fmt: skip
         results[tokens] = ({k: v.detach().clone() for k, v in model.state_dict().items()}, metrics)
     (whole, whole_metrics), (split, split_metrics) = results[None], results[budget]
-    initial = _tiny_lm().state_dict()
+    initial = tiny_lm().state_dict()
     assert max(float((whole[k] - initial[k]).abs().max()) for k in whole) > 1e-3  # the update moved them
     assert max(float((whole[k] - split[k]).abs().max()) for k in whole) < 1e-5
     assert split_metrics.keys() == whole_metrics.keys()

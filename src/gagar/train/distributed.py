@@ -89,26 +89,24 @@ def shard(indices: Any, world: World | None) -> list[int]:
     return rows if world is None else rows[world.rank :: world.size]
 
 
-def all_reduce_sum(value: float, world: World | None) -> float:
-    """``value`` summed over the ranks (itself without a world)."""
+def _all_reduce(value: float, world: World | None, op: str) -> float:
     if world is None:
         return value
     import torch.distributed as dist
 
     tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
     return float(tensor.item())
+
+
+def all_reduce_sum(value: float, world: World | None) -> float:
+    """``value`` summed over the ranks (itself without a world)."""
+    return _all_reduce(value, world, "SUM")
 
 
 def all_reduce_max(value: float, world: World | None) -> float:
     """The largest ``value`` of the ranks (itself without a world)."""
-    if world is None:
-        return value
-    import torch.distributed as dist
-
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return float(tensor.item())
+    return _all_reduce(value, world, "MAX")
 
 
 def _summed(key: str) -> bool:
