@@ -142,6 +142,8 @@ def test_micro_batches_give_the_gradient_of_the_whole_batch(tasks, prompt_weight
     runs = micro_batches(lengths, max(lengths) + 1)  # a demonstration a pass
     assert len(runs) == len(demos) > 1
     counts = token_counts(whole_batch)
+    per_pass = [token_counts(collate([demos[i] for i in run], pad)) for run in runs]
+    assert (sum(a for a, _ in per_pass), sum(p for _, p in per_pass)) == counts  # what run_sft adds up
     summed = [torch.zeros_like(p) for p in model.parameters()]
     answer = 0.0
     for run in runs:
@@ -173,3 +175,13 @@ def test_lr_schedule_warms_up_then_decays() -> None:
     assert factors[9] == 1.0
     assert all(a >= b for a, b in itertools.pairwise(factors[10:]))
     assert factors[-1] > 0.1 - 1e-9
+
+
+def test_a_run_in_micro_batches_trains_as_one_in_whole_batches(tasks, tmp_path) -> None:
+    from fixtures.policy import tiny_sft_config
+
+    whole = train_sft(tasks, tmp_path / "whole", tiny_sft_config(batch_size=3), progress=False)
+    split = train_sft(
+        tasks, tmp_path / "split", tiny_sft_config(batch_size=3, micro_batch_tokens=1), progress=False
+    )
+    assert split.losses == pytest.approx(whole.losses, rel=1e-4)

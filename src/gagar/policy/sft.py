@@ -270,16 +270,17 @@ def sft_loss(
     logits = causal_lm.get_output_embeddings()(hidden.last_hidden_state[:, :-1][used]).float()
     tokens = torch.where(answer, batch["labels"][:, 1:], batch["input_ids"][:, 1:])[used]
     per_token = torch.nn.functional.cross_entropy(logits, tokens, reduction="none")  # (n_used,)
-
-    answer_values, prompt_values = per_token[answer[used]], per_token[prompt[used]]
-    if counts is None:  # mean(): the whole batch, bit for bit as the shipped policy was built
-        answer_mean, prompt_mean = answer_values.mean(), prompt_values.mean()
-    else:
-        answer_mean = answer_values.sum() / max(counts[0], 1)
-        prompt_mean = prompt_values.sum() / max(counts[1], 1)
+    answer_mean = _mean(per_token[answer[used]], None if counts is None else counts[0])
     if prompt_weight <= 0:
         return answer_mean, answer_mean.detach()
+    prompt_mean = _mean(per_token[prompt[used]], None if counts is None else counts[1])
     return answer_mean + prompt_weight * prompt_mean, answer_mean.detach()
+
+
+def _mean(values: torch.Tensor, count: int | None) -> torch.Tensor:
+    """``values.mean()`` for a whole batch (bit for bit as the shipped policy was built), else their sum
+    over the whole step's ``count``."""
+    return values.mean() if count is None else values.sum() / max(count, 1)
 
 
 def plot_losses(losses: Sequence[float], path: Path, title: str = "policy SFT") -> None:
@@ -453,11 +454,14 @@ def run_sft(
         picks = batch_indices(lengths, config.batch_size, config.seed, step)
         seen_tokens += sum(lengths[i] for i in picks)
         runs = micro_batches([lengths[i] for i in picks], config.micro_batch_tokens)
-        counts = token_counts(collate([demos[i] for i in picks], pad)) if len(runs) > 1 else None
+        batches = [collate([demos[picks[j]] for j in run], pad) for run in runs]
+        counts = None  # one pass: its own means
+        if len(batches) > 1:  # token counts add up over rows
+            answers, prompts = zip(*(token_counts(b) for b in batches), strict=True)
+            counts = (sum(answers), sum(prompts))
         optimizer.zero_grad(set_to_none=True)
         answer_loss = 0.0
-        for run in runs:
-            batch = collate([demos[picks[j]] for j in run], pad)
+        for batch in batches:
             loss, answer_part = sft_loss(model, batch, config.prompt_loss_weight, counts)
             loss.backward()
             answer_loss += answer_part.item()
