@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from gagar.policy import tool_call_demos as tool_call_demos_module
 from gagar.policy.agent import AgentSettings
 from gagar.policy.agent_format import answer_from_patch
 from gagar.policy.demos import DemoAnswer
@@ -43,15 +44,24 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
     assert counts["recovered"] == len(tasks)
     script = demo_calls(answers[0], random.Random(0), 1.0)
     assert [s.split('"command": "')[1].split('"')[0] for s in script[:-1]] == [
-        "view", "str_replace", "view", "str_replace", "python -m pytest -q",
+        "view", "str_replace", "str_replace", "python -m pytest -q",
     ]  # fmt: skip
     for demo in demos:
         text, trained = _decoded(tokenizer, demo)
-        assert "old_str was not found verbatim" in text  # the real editor's refusal, in context...
+        # the real editor's refusal shows the lines the misquote meant, which the next call quotes...
+        assert "the most similar lines are below" in text
         assert "passed" in text  # ...and the real test run
         assert "not found" not in trained  # ...neither of them trained on
         assert "passed" not in trained
-        assert trained.count("<tool_call>") == 6
+        assert trained.count("<tool_call>") == 5
+
+
+def test_a_refusal_that_shows_other_lines_is_followed_by_a_view(tasks, monkeypatch) -> None:
+    monkeypatch.setattr(tool_call_demos_module, "closest_lines", lambda text, old: None)
+    script = demo_calls(_answers(tasks)[0], random.Random(0), 1.0)
+    assert [s.split('"command": "')[1].split('"')[0] for s in script[:-1]] == [
+        "view", "str_replace", "view", "str_replace", "python -m pytest -q",
+    ]  # fmt: skip
 
 
 def test_demonstrations_follow_a_refused_view_to_the_file_of_its_name(tasks) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gagar.sandbox.session_editor import (
+    SIMILAR_BUDGET,
+    SIMILAR_RATIO,
     EditError,
+    closest_lines,
     insert_after,
     replace_unique,
     resolve,
@@ -42,6 +46,44 @@ def test_replace_changes_exactly_one_occurrence_or_refuses(text: str, old: str, 
     at = text.index(old)
     assert after == text[:at] + new + text[at + len(old) :]
     assert line == text[:at].count("\n") + 1
+
+
+@given(
+    st.lists(st.text(alphabet="ab (x)", max_size=8), min_size=1, max_size=10),
+    st.text(alphabet="ab (x)\n", max_size=12),
+)
+def test_the_closest_lines_are_the_most_similar_run_of_lines(lines: list[str], old: str) -> None:
+    text = "".join(f"{line}\n" for line in lines)
+    wanted = old.strip("\n")
+    span = min(wanted.count("\n") + 1, len(lines))
+    ratios = [
+        difflib.SequenceMatcher(None, "\n".join(lines[i : i + span]), wanted, autojunk=False).ratio()
+        for i in range(len(lines) - span + 1)
+    ]
+    close = closest_lines(text, old)
+    if max(ratios) < SIMILAR_RATIO:
+        assert close is None
+        return
+    assert close is not None
+    first, shown = close
+    assert shown == "\n".join(lines[first - 1 : first - 1 + span])
+    assert ratios[first - 1] == max(ratios)
+    assert first - 1 == ratios.index(max(ratios))
+
+
+def test_a_misquote_is_answered_with_the_lines_it_meant() -> None:
+    text = "def f(a, b):\n    return a - b\n\n\ndef g(x):\n    return x * 2\n"
+    with pytest.raises(EditError) as refused:
+        replace_unique(text, "  return a-b\n", "    return a + b\n")
+    assert str(refused.value).endswith("without the line numbers\n     2\t    return a - b")
+    with pytest.raises(EditError) as refused:
+        replace_unique(text, "def g(x):\n    return x*3", "")
+    assert str(refused.value).endswith("     5\tdef g(x):\n     6\t    return x * 2")
+    with pytest.raises(EditError, match=r"view the lines and quote them exactly$"):
+        replace_unique(text, "class Unrelated(Base): pass", "")
+    long_file = "".join(f"    value_{n} = {n}\n" for n in range(SIMILAR_BUDGET // 16 + 1))
+    assert closest_lines(long_file, "    value_7 = 7\n" * 4) is None  # beyond the search's budget
+    assert closest_lines(long_file, "  value_7 = 7\n") == (8, "    value_7 = 7")
 
 
 def test_view_numbers_lines_and_ranges() -> None:

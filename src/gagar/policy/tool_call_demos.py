@@ -7,8 +7,9 @@ rendering and the loss mask are exactly a rollout's::
 
     str_replace_editor view <the file in a wrong folder>     (wrong_path_share of them: refused, naming...)
     str_replace_editor view <the file the answer changes>    (...the file, which is then viewed)
-    str_replace_editor str_replace <a misquoted old_str>     (refusal_share of them: refused...)
-    str_replace_editor view <the lines around the edit>      (...then the lines viewed again)
+    str_replace_editor str_replace <a misquoted old_str>     (refusal_share of them: refused, the refusal
+                                                             showing the most similar lines...)
+    str_replace_editor view <the lines around the edit>      (...viewed again only when those are others)
     str_replace_editor str_replace <old_str> <new_str>       one per edit block (create for a new file)
     bash python -m pytest -q                                 the repository's own tests, really run
     submit
@@ -32,6 +33,7 @@ from gagar.policy.tool_calls import ToolCallKit
 from gagar.policy.tool_demos import ReplayBackend, replay_refusal
 from gagar.policy.tool_loop import check_append_only, run_tool_loops
 from gagar.sandbox.edits import EditBlock, parse_edit_blocks
+from gagar.sandbox.session_editor import closest_lines
 from gagar.schema.trajectory import SamplingParams
 
 __all__ = [
@@ -115,18 +117,10 @@ def demo_calls(
     if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
         line = text[: text.index(first.search)].count("\n") + 1
         last = line + first.search.count("\n") + 1
-        script += [
-            call_text(
-                "str_replace_editor",
-                command="str_replace",
-                path=first.path,
-                old_str=wrong,
-                new_str=first.replace,
-            ),
-            call_text(
-                "str_replace_editor", command="view", path=first.path, view_range=[max(line - 2, 1), last + 1]
-            ),
-        ]
+        script.append(_edit_call(EditBlock(first.path, wrong, first.replace)))
+        if closest_lines(text, wrong) != (line, first.search.strip("\n")):  # the refusal shows other lines
+            around = [max(line - 2, 1), last + 1]
+            script.append(call_text("str_replace_editor", command="view", path=first.path, view_range=around))
     script += [_edit_call(b) for b in blocks]
     return [*script, call_text("bash", command="python -m pytest -q"), call_text("submit")]
 
@@ -177,7 +171,8 @@ def tool_call_demos(
         if (refused := replay_refusal(t, demo)) is not None:
             counts[refused] += 1
             continue
-        counts["recovered"] += t.tool_calls.get("view", 0) > 1
+        edits = len(parse_edit_blocks(demo.answer))
+        counts["recovered"] += len(script) > edits + 3  # more than a view, the edits, the test run and submit
         demos.append(
             Demonstration(
                 demo.task.instance_id, t.prompt_token_ids, t.response_token_ids, demo.noisy,

@@ -17,6 +17,7 @@ read and write only what the session's shell can.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -28,6 +29,13 @@ STATE = "/sandbox/state"
 SNIPPET_LINES = 4
 """Lines shown either side of an edit in its answer (so the next edit can quote the file as it is now)."""
 MAX_LISTED = 200
+SIMILAR_RATIO = 0.6
+"""Least ``difflib`` similarity of the file's lines to a misquoted ``old_str`` for them to be shown in the
+refusal (the threshold of Aider's "did you mean" for its SEARCH blocks)."""
+SIMILAR_BUDGET = 64_000
+"""Most lines in the file times the square of the lines in ``old_str`` for which they are looked for (the
+search's cost grows so: about a second at the bound here, 8 lines in a file of 1,000; beyond it the
+refusal only says to view the lines)."""
 
 
 class EditError(ValueError):
@@ -55,6 +63,42 @@ def view_lines(text: str, view_range: list[int] | None) -> str:
     return numbered("\n".join(lines[first - 1 : last]), first)
 
 
+def closest_lines(text: str, old: str) -> tuple[int, str] | None:
+    """The first line number and the lines of ``text`` most like ``old`` (as many lines as it spans), or
+    None when no run of lines reaches :data:`SIMILAR_RATIO` or the search is beyond :data:`SIMILAR_BUDGET`."""
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines = lines[:-1]
+    wanted = old.strip("\n")
+    span = min(wanted.count("\n") + 1, max(len(lines), 1))
+    if span * span * len(lines) > SIMILAR_BUDGET:
+        return None
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(wanted)  # seq2 is the one SequenceMatcher indexes, so index it once
+    best, best_ratio = None, SIMILAR_RATIO
+    for first in range(max(len(lines) - span + 1, 1)):
+        window = "\n".join(lines[first : first + span])
+        matcher.set_seq1(window)
+        if matcher.real_quick_ratio() < best_ratio or matcher.quick_ratio() < best_ratio:
+            continue
+        if (ratio := matcher.ratio()) > best_ratio or (best is None and ratio == best_ratio):
+            best, best_ratio = (first + 1, window), ratio
+    return best
+
+
+def not_found(text: str, old: str) -> str:
+    """The refusal of an ``old_str`` absent from ``text``: it shows the most similar lines, numbered, so
+    the next call can quote them from right above it."""
+    close = closest_lines(text, old)
+    if close is None:
+        return "old_str was not found verbatim in the file; view the lines and quote them exactly"
+    first, lines = close
+    return (
+        "old_str was not found verbatim in the file; the most similar lines are below: quote them "
+        f"exactly, without the line numbers\n{numbered(lines, first)}"
+    )
+
+
 def replace_unique(text: str, old: str, new: str) -> tuple[str, int]:
     """``text`` with the one occurrence of ``old`` replaced by ``new``, and the line it started on."""
     if not old:
@@ -63,7 +107,7 @@ def replace_unique(text: str, old: str, new: str) -> tuple[str, int]:
         raise EditError("old_str and new_str are the same: the edit would change nothing")
     count = text.count(old)
     if count == 0:
-        raise EditError("old_str was not found verbatim in the file; view the lines and quote them exactly")
+        raise EditError(not_found(text, old))
     if count > 1:
         starts, at = [], -1
         while (at := text.find(old, at + 1)) != -1:
