@@ -14,6 +14,10 @@ rendering and the loss mask are exactly a rollout's::
     bash python -m pytest -q                                 the repository's own tests, really run
     submit
 
+The calls made wrong on purpose (the wrong folder, the misquote) stay in the context, so the model
+learns to recover from the refusal, but carry no loss, so it does not learn to make them: trained on,
+they taught a policy to open its edits with the same one-space misquote (docs/results/tool-call-agent.md).
+
 A demonstration is kept only when it ends on submit within the budgets and its working tree's diff is
 the answer's. Building them needs the local sandbox (root, bubblewrap), as a rollout of this agent does.
 """
@@ -23,7 +27,8 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 from transformers import PreTrainedTokenizerBase
 
@@ -39,10 +44,12 @@ from gagar.schema.trajectory import SamplingParams
 __all__ = [
     "REFUSAL_SHARE",
     "WRONG_PATH_SHARE",
+    "DemoScript",
     "call_text",
     "demo_calls",
     "misquote",
     "tool_call_demos",
+    "untrained_turns",
     "wrong_folder",
 ]
 
@@ -52,6 +59,14 @@ WRONG_PATH_SHARE = 0.2
 """Share of demonstrations whose first view names the file in a folder that does not exist, and whose
 next view follows the editor's refusal to the file of that name (the tool-call agent's commonest
 refused call: docs/results/tool-call-agent.md)."""
+
+
+class DemoScript(NamedTuple):
+    """The assistant turns of one demonstration."""
+
+    calls: list[str]
+    mistakes: frozenset[int]
+    """Indices of the calls made wrong on purpose: in the context, not under the loss."""
 
 
 def call_text(name: str, **arguments: object) -> str:
@@ -94,9 +109,20 @@ def _edit_call(block: EditBlock) -> str:
     )
 
 
+def untrained_turns(mask: Sequence[bool | int], turns: Collection[int]) -> list[bool]:
+    """``mask`` with the trained runs numbered in ``turns`` (0-based: the assistant turns, in order, each a
+    run of trained tokens between untrained tool answers and scaffolding) set untrained."""
+    out, turn = [], -1
+    for i, trained in enumerate(mask):
+        if trained and (i == 0 or not mask[i - 1]):
+            turn += 1
+        out.append(bool(trained) and turn not in turns)
+    return out
+
+
 def demo_calls(
     demo: DemoAnswer, rng: random.Random, refusal_share: float, wrong_path_share: float = 0.0
-) -> list[str]:
+) -> DemoScript:
     """The assistant turns of one demonstration (module docstring).
 
     Raises:
@@ -107,9 +133,10 @@ def demo_calls(
         raise ValueError(f"{demo.task.instance_id}: the answer has no edit")
     first = blocks[0]
     snapshot = demo.task.snapshot or {}
-    script = []
+    script, mistakes = [], set()
     wrong_path = wrong_folder(first.path, list(snapshot)) if first.path in snapshot else None
     if wrong_path is not None and rng.random() < wrong_path_share:
+        mistakes.add(len(script))
         script.append(call_text("str_replace_editor", command="view", path=wrong_path))
     script.append(call_text("str_replace_editor", command="view", path=first.path))
     text = snapshot.get(first.path, "")
@@ -117,12 +144,14 @@ def demo_calls(
     if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
         line = text[: text.index(first.search)].count("\n") + 1
         last = line + first.search.count("\n") + 1
+        mistakes.add(len(script))
         script.append(_edit_call(EditBlock(first.path, wrong, first.replace)))
         if closest_lines(text, wrong) != (line, first.search.strip("\n")):  # the refusal shows other lines
             around = [max(line - 2, 1), last + 1]
             script.append(call_text("str_replace_editor", command="view", path=first.path, view_range=around))
     script += [_edit_call(b) for b in blocks]
-    return [*script, call_text("bash", command="python -m pytest -q"), call_text("submit")]
+    calls = [*script, call_text("bash", command="python -m pytest -q"), call_text("submit")]
+    return DemoScript(calls, frozenset(mistakes))
 
 
 def tool_call_demos(
@@ -137,7 +166,8 @@ def tool_call_demos(
     """One demonstration per answer, replayed in a session of ``sandbox`` (default: the local backend);
     the loss on the assistant turns only.
 
-    Returns the demonstrations and counts: ``recovered`` (a refused call, then the right one),
+    Returns the demonstrations and counts: ``recovered`` (a call made wrong on purpose, refused, then the
+    right one),
     ``dropped_too_long`` (no submit within ``agent``'s budgets), ``skipped`` (no script, or the replay
     did not reproduce the answer).
     """
@@ -161,9 +191,9 @@ def tool_call_demos(
         job = (demo.task, demo.task.instance_id, demo.task.instance_id)
         try:
             [t] = run_tool_loops(
-                [job], ReplayBackend(tokenizer, script), tokenizer,
+                [job], ReplayBackend(tokenizer, script.calls), tokenizer,
                 SamplingParams(max_new_tokens=agent.max_tokens),
-                budget.model_copy(update={"max_turns": len(script)}), kit=kit,
+                budget.model_copy(update={"max_turns": len(script.calls)}), kit=kit,
             )  # fmt: skip
         except ValueError:
             counts["dropped_too_long"] += 1
@@ -171,12 +201,11 @@ def tool_call_demos(
         if (refused := replay_refusal(t, demo)) is not None:
             counts[refused] += 1
             continue
-        edits = len(parse_edit_blocks(demo.answer))
-        counts["recovered"] += len(script) > edits + 3  # more than a view, the edits, the test run and submit
+        counts["recovered"] += bool(script.mistakes)
         demos.append(
             Demonstration(
                 demo.task.instance_id, t.prompt_token_ids, t.response_token_ids, demo.noisy,
-                answer_mask=[bool(m) for m in t.loss_mask],
+                answer_mask=untrained_turns(t.loss_mask, script.mistakes),
             )
         )  # fmt: skip
     return demos, counts
