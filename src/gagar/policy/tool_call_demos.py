@@ -15,8 +15,8 @@ rendering and the loss mask are exactly a rollout's::
     submit
 
 The calls made wrong on purpose (the wrong folder, the misquote) stay in the context, so the model
-learns to recover from the refusal, but carry no loss, so it does not learn to make them: trained on,
-they taught a policy to open its edits with the same one-space misquote (docs/results/tool-call-agent.md).
+learns to recover from the refusal, but carry no loss, so it does not learn to make them (trained on,
+the misquote was learned: docs/results/tool-call-agent.md).
 
 A demonstration is kept only when it ends on submit within the budgets and its working tree's diff is
 the answer's. Building them needs the local sandbox (root, bubblewrap), as a rollout of this agent does.
