@@ -166,10 +166,9 @@ def tool_call_demos(
     """One demonstration per answer, replayed in a session of ``sandbox`` (default: the local backend);
     the loss on the assistant turns only.
 
-    Returns the demonstrations and counts: ``recovered`` (a call made wrong on purpose, refused, then the
-    right one),
-    ``dropped_too_long`` (no submit within ``agent``'s budgets), ``skipped`` (no script, or the replay
-    did not reproduce the answer).
+    Returns the demonstrations and counts: ``recovered`` (a call made wrong on purpose, refused, then
+    the right one), ``dropped_too_long`` (no submit within ``agent``'s budgets), ``skipped`` (no script,
+    or the replay did not reproduce the answer).
     """
     from gagar.sandbox.local import LocalBackend
     from gagar.sandbox.session import open_session
