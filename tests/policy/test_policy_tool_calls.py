@@ -99,6 +99,9 @@ def test_parse_the_models_own_formats() -> None:
     assert parse_tool_call(
         '<tool_call>{"name": "bash", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>'
     ) == (ToolCall("bash", {"command": "ls"}))
+    assert parse_tool_call('<tool_call>{"name": "submit\\n", "arguments": {}}</tool_call>') == ToolCall(
+        "submit", {}
+    )  # a slip SmolLM2 makes (4-6 calls in 20 conversations)
     assert "no tool call" in parse_tool_call("I will now fix the bug.")
     assert "not valid JSON" in parse_tool_call('<tool_call>{"name": "bash", </tool_call>')
     assert "needs" in parse_tool_call('<tool_call>{"arguments": {}}</tool_call>')

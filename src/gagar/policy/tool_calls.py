@@ -22,7 +22,8 @@ writes it::
 
 and wraps each tool answer in ``<tool_response>…</tool_response>``. The reply is parsed from that same
 format (:func:`parse_tool_call`: the first ``<tool_call>`` block, its closing tag optional, or a
-bare JSON object with ``name`` and ``arguments``/``parameters`` as Llama 3.1 writes it); a reply whose
+bare JSON object with ``name`` and ``arguments``/``parameters`` as Llama 3.1 writes it; whitespace
+around the name is dropped, as a small model often ends it with a newline); a reply whose
 call does not parse or validate against :data:`TOOLS` is answered with the error, counted as
 ``malformed``, and the conversation goes on. The reply's text stays in the conversation verbatim
 (never re-serialised), so the tokens the model sampled are the tokens it is trained on, and the loss
@@ -219,7 +220,7 @@ def parse_tool_call(reply: str) -> ToolCall | str:
             return "the call's arguments are a string that is not a JSON object"
     if not isinstance(name, str) or not isinstance(arguments, dict):
         return 'a tool call needs "name" (a string) and "arguments" (an object)'
-    return ToolCall(name, arguments)
+    return ToolCall(name.strip(), arguments)
 
 
 def validate_call(call: ToolCall, tools: Sequence[dict[str, Any]] = TOOLS) -> str | None:
