@@ -47,11 +47,15 @@ def numbered(text: str, first: int = 1) -> str:
     return "\n".join(f"{n:6}\t{line}" for n, line in enumerate(text.split("\n"), first))
 
 
+def file_lines(text: str) -> list[str]:
+    """The lines of ``text``, without the empty one after a final newline."""
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines
+
+
 def view_lines(text: str, view_range: list[int] | None) -> str:
     """The numbered lines of ``text`` in ``view_range`` ``[first, last]`` (1-based; ``last`` -1: the end)."""
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines = lines[:-1]
+    lines = file_lines(text)
     if view_range is None:
         return numbered("\n".join(lines))
     if len(view_range) != 2 or not all(isinstance(v, int) for v in view_range):
@@ -66,9 +70,7 @@ def view_lines(text: str, view_range: list[int] | None) -> str:
 def closest_lines(text: str, old: str) -> tuple[int, str] | None:
     """The first line number and the lines of ``text`` most like ``old`` (as many lines as it spans), or
     None when no run of lines reaches :data:`SIMILAR_RATIO` or the search is beyond :data:`SIMILAR_BUDGET`."""
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines = lines[:-1]
+    lines = file_lines(text)
     wanted = old.strip("\n")
     span = min(wanted.count("\n") + 1, max(len(lines), 1))
     if span * span * len(lines) > SIMILAR_BUDGET:
