@@ -62,6 +62,20 @@ def test_demonstrations_show_a_refused_edit_then_the_fix(tasks) -> None:
         assert trained.count("<tool_call>") == 4
 
 
+@needs_root
+def test_demonstrations_in_the_qwen3_coder_format_replay_to_the_same_patches(tasks) -> None:
+    agent = AGENT.model_copy(update={"call_format": "xml"})
+    answers, tokenizer = _answers(tasks), _tokenizer(tasks)
+    demos, counts = tool_call_demos(answers, tokenizer, agent, seed=0, refusal_share=1.0)
+    assert len(demos) == len(tasks)  # each replay's working tree gave its answer's diff
+    assert counts["recovered"] == len(tasks)
+    for demo in demos:
+        text, trained = _decoded(tokenizer, demo)
+        assert "<parameter=old_str>" in trained
+        assert '"arguments"' not in text
+        assert trained.count("<function=str_replace_editor>") == 2  # the view and the fix, not the misquote
+
+
 def test_a_refusal_that_shows_other_lines_is_followed_by_a_view(tasks, monkeypatch) -> None:
     monkeypatch.setattr(tool_call_demos_module, "closest_lines", lambda text, old: None)
     script = demo_calls(_answers(tasks)[0], random.Random(0), 1.0)

@@ -12,7 +12,7 @@ from gagar.policy.agent import AgentSettings
 from gagar.policy.generation import Sample
 from gagar.policy.rollout import agent_for, rollout
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.tool_call_demos import call_text
+from gagar.policy.tool_calls import call_text
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.sandbox.process import live_pids_of
 from gagar.schema.trajectory import SamplingParams

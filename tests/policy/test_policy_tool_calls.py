@@ -10,16 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fixtures.calc import GOLD, calc_task
-from gagar.policy.agent import TOOL_CALL_KINDS, AgentSettings
+from gagar.policy.agent import TOOL_CALL_KINDS, AgentSettings, CallFormat
 from gagar.policy.generation import Sample
 from gagar.policy.rollout import agent_for
 from gagar.policy.tokenizer import train_tokenizer
-from gagar.policy.tool_call_demos import call_text, misquote
+from gagar.policy.tool_call_demos import misquote
 from gagar.policy.tool_calls import (
+    HERMES_FOOTER,
     HERMES_HEADER,
     TOOLS,
+    XML_FOOTER,
     ToolCall,
     ToolCallKit,
+    call_text,
     kind_of_call,
     parse_tool_call,
     template_renders_tools,
@@ -107,6 +110,49 @@ def test_parse_the_models_own_formats() -> None:
     assert "needs" in parse_tool_call('<tool_call>{"arguments": {}}</tool_call>')
 
 
+def test_parse_the_qwen3_coder_format() -> None:
+    reply = (
+        "<tool_call>\n<function=str_replace_editor>\n<parameter=command>\nstr_replace\n</parameter>\n"
+        '<parameter=path>\ncalc/ops.py\n</parameter>\n<parameter=old_str>\n    return a.split(" ")\n\n'
+        "</parameter>\n<parameter=new_str>\n    return a.split()\n</parameter>\n</function>\n</tool_call>"
+    )
+    assert parse_tool_call(reply) == ToolCall(
+        "str_replace_editor",
+        {"command": "str_replace", "path": "calc/ops.py", "old_str": '    return a.split(" ")\n',
+         "new_str": "    return a.split()"},
+    )  # fmt: skip
+    view = "<function=str_replace_editor>\n<parameter=command>\nview\n<parameter=path>\na.py\n"
+    view += "<parameter=view_range>\n[3, 9]\n"  # no closing tags at all, no <tool_call> (as Qwen3-Coder may)
+    assert parse_tool_call(view) == ToolCall("str_replace_editor", {"command": "view", "path": "a.py",
+                                                                    "view_range": [3, 9]})  # fmt: skip
+    assert parse_tool_call("<tool_call>\n<function=submit>\n</function>\n</tool_call>") == ToolCall(
+        "submit", {}
+    )
+    twice = "<tool_call><function=bash><parameter=command>ls</parameter><parameter=command>pwd</parameter>"
+    assert "twice" in parse_tool_call(twice)
+    wrong_type = call_text("str_replace_editor", CallFormat.XML, command="insert", path="a", insert_line="x3")
+    assert "insert_line must be a integer" in validate_call(parse_tool_call(wrong_type))
+    assert kind_of_call(call_text("bash", CallFormat.XML, command="python -m pytest -q")) == "bash_tests"
+
+
+_CODE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80).filter(
+    lambda v: all(tag not in v for tag in ("</parameter>", "<parameter=", "</function>"))
+)
+
+
+@given(
+    command=st.sampled_from(["str_replace", "create", "insert"]), old=_CODE, new=_CODE,
+    line=st.integers(-3, 10**6), fmt=st.sampled_from(list(CallFormat)),
+)  # fmt: skip
+def test_a_written_call_reads_back_as_written(
+    command: str, old: str, new: str, line: int, fmt: CallFormat
+) -> None:
+    arguments = {"command": command, "path": "pkg/a.py", "old_str": old, "new_str": new, "insert_line": line}
+    assert parse_tool_call(call_text("str_replace_editor", fmt, **arguments)) == ToolCall(
+        "str_replace_editor", arguments
+    )
+
+
 def test_validation_against_the_declared_schema() -> None:
     assert validate_call(ToolCall("bash", {"command": "ls"})) is None
     assert "unknown tool" in validate_call(ToolCall("python", {}))
@@ -150,7 +196,15 @@ def test_a_template_with_a_tools_section_renders_the_tools(tasks) -> None:
     assert json.dumps(TOOLS[0]) in by_template  # the template's own tojson rendering
     hermes = kit_plain.render(plain, msgs, True)
     assert HERMES_HEADER in hermes
+    assert HERMES_FOOTER in hermes
     assert '"name": "str_replace_editor"' in hermes
+    xml_settings = AgentSettings(kind="tool-call", call_format="xml")
+    xml = ToolCallKit(plain, xml_settings, lambda t: None).render(plain, msgs, True)
+    assert HERMES_HEADER in xml
+    assert XML_FOOTER in xml
+    assert HERMES_FOOTER not in xml
+    native_xml = ToolCallKit(native, xml_settings, lambda t: None).render(native, msgs, True)
+    assert native_xml == by_template  # a template's own tools section wins
 
 
 def _conversation(task: Task, tokenizer, replies: list[str]):

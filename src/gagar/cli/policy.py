@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from gagar.cli.core import GagarGroup
-from gagar.policy.agent import AgentKind, AgentSettings
+from gagar.policy.agent import AgentKind, AgentSettings, CallFormat
 from gagar.sandbox.runner import BackendName
 from gagar.train.config import RolloutSettings
 
@@ -48,6 +48,14 @@ MAX_SECONDS_OPTION = typer.Option(
     "--max-trajectory-seconds",
     min=0.001,
     help="Tool loop: wall-clock budget of a conversation." + _default(AgentSettings, "max_seconds"),
+)
+CALL_FORMAT_OPTION = typer.Option(
+    None,
+    "--call-format",
+    help="Tool-call agent, a chat template without a tools section: the call format asked for, json "
+    "(Hermes) or xml (Qwen3-Coder, code unescaped); sample with the one the policy was fine-tuned on."
+    + _default(AgentSettings, "call_format"),
+    show_default=False,
 )
 MAX_LIVE_OPTION = typer.Option(
     None,
@@ -117,6 +125,7 @@ def sft(
     resume: bool = typer.Option(False, "--resume", help="Continue from the last complete checkpoint in OUT."),
     agent: AgentKind | None = AGENT_OPTION,
     max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
+    call_format: CallFormat | None = CALL_FORMAT_OPTION,
     correction_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Tool loop: share of clean demonstrations with an edit later corrected."
     ),
@@ -136,7 +145,7 @@ def sft(
         "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
-    chosen["agent"] = agent_settings(kind=agent, max_tokens=max_trajectory_tokens)
+    chosen["agent"] = agent_settings(kind=agent, max_tokens=max_trajectory_tokens, call_format=call_format)
     lora_given = {
         "enabled": lora,
         "rank": lora_rank,
@@ -213,6 +222,7 @@ def evaluate(
     max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
+    call_format: CallFormat | None = CALL_FORMAT_OPTION,
 ) -> None:
     """Parse rate, pass@1, clean fixes, turns, tokens and tool use, each patch run in the sandbox."""
     from gagar.experiment.config import EvalSettings
@@ -220,7 +230,7 @@ def evaluate(
 
     chosen = agent_settings(
         kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
-        max_live=max_live,
+        max_live=max_live, call_format=call_format,
     )  # fmt: skip
     sampling = RolloutSettings(
         **{
@@ -282,6 +292,7 @@ def rollout(
     max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
+    call_format: CallFormat | None = CALL_FORMAT_OPTION,
     sandbox: BackendName = SANDBOX_OPTION,
 ) -> None:
     """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
@@ -292,7 +303,7 @@ def rollout(
         "max_new_tokens": max_new_tokens,
         "agent": agent_settings(
             kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens,
-            max_seconds=max_trajectory_seconds, max_live=max_live,
+            max_seconds=max_trajectory_seconds, max_live=max_live, call_format=call_format,
         ),
     }  # fmt: skip
     metrics = rollout_stage(

@@ -22,6 +22,7 @@ __all__ = [
     "TOOL_CALL_KINDS",
     "AgentKind",
     "AgentSettings",
+    "CallFormat",
     "ran_tests",
 ]
 
@@ -62,6 +63,16 @@ class AgentKind(StrEnum):
     """A multi-turn conversation of native tool calls in a sandboxed session, ending on submit."""
 
 
+class CallFormat(StrEnum):
+    """How a tool call is written, where the chat template does not render tools itself."""
+
+    JSON = "json"
+    """Hermes: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, code JSON-escaped."""
+    XML = "xml"
+    """Qwen3-Coder: ``<tool_call><function=NAME><parameter=KEY>value</parameter></function></tool_call>``,
+    each value written as it is (code unescaped)."""
+
+
 class AgentSettings(BaseModel):
     """The agent and its per-trajectory budgets (the budgets apply to the multi-turn agents only)."""
 
@@ -84,6 +95,10 @@ class AgentSettings(BaseModel):
     (the most throughput; with a slow engine a turn then takes as long as the whole batch's)."""
     max_tool_chars: int = Field(default=1500, ge=80)
     """Most characters of one tool answer (a viewed file, search hits, a test report); the rest is cut."""
+    call_format: CallFormat = CallFormat.JSON
+    """Tool-call agent: the call format the tools section asks for when the chat template does not
+    render tools (SmolLM2's); replies are read in either. Demonstrations are written in it, so a policy
+    is sampled with the format it was fine-tuned on."""
     command_timeout_s: float = Field(default=30.0, gt=0)
     """Wall-clock limit of one ``bash`` call of the tool-call agent; a call that overruns is killed
     with its session's processes and answered as timed out (the working tree stays)."""

@@ -311,7 +311,7 @@ class ToolCallAgent(_AgentBase):
         from gagar.policy.tool_calls import SYSTEM_PROMPT, TOOLS, hermes_system
 
         return (
-            hermes_system(SYSTEM_PROMPT, TOOLS),
+            hermes_system(SYSTEM_PROMPT, TOOLS, self.settings.call_format),
             "<tool_call> </tool_call> <tool_response> </tool_response>",
         )
 

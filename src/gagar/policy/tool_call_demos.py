@@ -24,7 +24,6 @@ the answer's. Building them needs the local sandbox (root, bubblewrap), as a rol
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -32,9 +31,9 @@ from typing import NamedTuple
 
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.agent import AgentSettings
+from gagar.policy.agent import AgentSettings, CallFormat
 from gagar.policy.demos import DemoAnswer, Demonstration
-from gagar.policy.tool_calls import ToolCallKit
+from gagar.policy.tool_calls import ToolCallKit, call_text
 from gagar.policy.tool_demos import ReplayBackend, replay_refusal
 from gagar.policy.tool_loop import check_append_only, run_tool_loops
 from gagar.sandbox.edits import EditBlock, parse_edit_blocks
@@ -45,7 +44,6 @@ __all__ = [
     "REFUSAL_SHARE",
     "WRONG_PATH_SHARE",
     "DemoScript",
-    "call_text",
     "demo_calls",
     "misquote",
     "tool_call_demos",
@@ -69,13 +67,6 @@ class DemoScript(NamedTuple):
     """Indices of the calls made wrong on purpose: in the context, not under the loss."""
 
 
-def call_text(name: str, **arguments: object) -> str:
-    """One assistant turn calling ``name`` in the Hermes format the agent parses."""
-    return (
-        f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n</tool_call>"
-    )
-
-
 def misquote(search: str) -> str | None:
     """``search`` with its first indented line's indentation changed (a typical misquote), or None."""
     lines = search.split("\n")
@@ -97,11 +88,14 @@ def wrong_folder(path: str, files: Sequence[str]) -> str | None:
     return None if wrong in files else wrong
 
 
-def _edit_call(block: EditBlock) -> str:
+def _edit_call(block: EditBlock, call_format: CallFormat) -> str:
     if not block.search:
-        return call_text("str_replace_editor", command="create", path=block.path, file_text=block.replace)
+        return call_text(
+            "str_replace_editor", call_format, command="create", path=block.path, file_text=block.replace
+        )
     return call_text(
         "str_replace_editor",
+        call_format,
         command="str_replace",
         path=block.path,
         old_str=block.search,
@@ -121,9 +115,13 @@ def untrained_turns(mask: Sequence[bool | int], turns: Collection[int]) -> list[
 
 
 def demo_calls(
-    demo: DemoAnswer, rng: random.Random, refusal_share: float, wrong_path_share: float = 0.0
+    demo: DemoAnswer,
+    rng: random.Random,
+    refusal_share: float,
+    wrong_path_share: float = 0.0,
+    call_format: CallFormat = CallFormat.JSON,
 ) -> DemoScript:
-    """The assistant turns of one demonstration (module docstring).
+    """The assistant turns of one demonstration (module docstring), its calls written in ``call_format``.
 
     Raises:
         ValueError: the answer has no edit block.
@@ -137,20 +135,27 @@ def demo_calls(
     wrong_path = wrong_folder(first.path, list(snapshot)) if first.path in snapshot else None
     if wrong_path is not None and rng.random() < wrong_path_share:
         mistakes.add(len(script))
-        script.append(call_text("str_replace_editor", command="view", path=wrong_path))
-    script.append(call_text("str_replace_editor", command="view", path=first.path))
+        script.append(call_text("str_replace_editor", call_format, command="view", path=wrong_path))
+    script.append(call_text("str_replace_editor", call_format, command="view", path=first.path))
     text = snapshot.get(first.path, "")
     wrong = misquote(first.search) if first.search else None
     if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
         line = text[: text.index(first.search)].count("\n") + 1
         last = line + first.search.count("\n") + 1
         mistakes.add(len(script))
-        script.append(_edit_call(EditBlock(first.path, wrong, first.replace)))
+        script.append(_edit_call(EditBlock(first.path, wrong, first.replace), call_format))
         if closest_lines(text, wrong) != (line, first.search.strip("\n")):  # the refusal shows other lines
             around = [max(line - 2, 1), last + 1]
-            script.append(call_text("str_replace_editor", command="view", path=first.path, view_range=around))
-    script += [_edit_call(b) for b in blocks]
-    calls = [*script, call_text("bash", command="python -m pytest -q"), call_text("submit")]
+            view = call_text(
+                "str_replace_editor", call_format, command="view", path=first.path, view_range=around
+            )
+            script.append(view)
+    script += [_edit_call(b, call_format) for b in blocks]
+    calls = [
+        *script,
+        call_text("bash", call_format, command="python -m pytest -q"),
+        call_text("submit", call_format),
+    ]
     return DemoScript(calls, frozenset(mistakes))
 
 
@@ -183,7 +188,7 @@ def tool_call_demos(
         check_append_only(tokenizer, answers[0].task, kit)
     for demo in answers:
         try:
-            script = demo_calls(demo, rng, refusal_share, wrong_path_share)
+            script = demo_calls(demo, rng, refusal_share, wrong_path_share, agent.call_format)
         except ValueError:
             counts["skipped"] += 1
             continue

@@ -20,15 +20,36 @@ writes it::
     {"name": <function-name>, "arguments": <args-json-object>}
     </tool_call>
 
-and wraps each tool answer in ``<tool_response>…</tool_response>``. The reply is parsed from that same
-format (:func:`parse_tool_call`: the first ``<tool_call>`` block, its closing tag optional, or a
-bare JSON object with ``name`` and ``arguments``/``parameters`` as Llama 3.1 writes it; whitespace
-around the name is dropped, as a small model often ends it with a newline); a reply whose
-call does not parse or validate against :data:`TOOLS` is answered with the error, counted as
-``malformed``, and the conversation goes on. The reply's text stays in the conversation verbatim
-(never re-serialised), so the tokens the model sampled are the tokens it is trained on, and the loss
-mask is the tool loop's (:mod:`gagar.policy.tool_loop`): 1 on sampled tokens, 0 on tool answers and
-chat scaffolding.
+and wraps each tool answer in ``<tool_response>…</tool_response>``. With ``call_format: xml``
+(:class:`~gagar.policy.agent.CallFormat`) the last paragraph asks instead for the call format of
+Qwen3-Coder's template, whose values are written as they are, so code needs no JSON escaping (a small
+model's commonest malformed call is a quote left unescaped in ``old_str``)::
+
+    <tool_call>
+    <function=str_replace_editor>
+    <parameter=command>
+    str_replace
+    </parameter>
+    <parameter=old_str>
+        words = title.split(" ")
+    </parameter>
+    ...
+    </function>
+    </tool_call>
+
+A value loses the one newline after its opening tag and the one before its closing tag, and is
+converted to its parameter's type (JSON for integers, arrays and objects) as vLLM's ``qwen3_coder``
+parser does.
+
+The reply is parsed in either format, whichever it is written in (:func:`parse_tool_call`: the first
+``<tool_call>`` block, its closing tag optional, holding a JSON object or a ``<function=…>``; or a
+bare JSON object with ``name`` and ``arguments``/``parameters`` as Llama 3.1 writes it, or a bare
+``<function=…>``; whitespace around the name is dropped, as a small model often ends it with a
+newline); a reply whose call does not parse or validate against :data:`TOOLS` is answered with the
+error, counted as ``malformed``, and the conversation goes on. The reply's text stays in the
+conversation verbatim (never re-serialised), so the tokens the model sampled are the tokens it is
+trained on, and the loss mask is the tool loop's (:mod:`gagar.policy.tool_loop`): 1 on sampled
+tokens, 0 on tool answers and chat scaffolding.
 """
 
 from __future__ import annotations
@@ -41,7 +62,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.agent import AgentSettings
+from gagar.policy.agent import AgentSettings, CallFormat
 from gagar.policy.agent_format import relevant_files
 from gagar.policy.tool_loop import ConversationTools
 from gagar.sandbox.shell_session import SessionError
@@ -53,9 +74,11 @@ __all__ = [
     "HERMES_HEADER",
     "SYSTEM_PROMPT",
     "TOOLS",
+    "XML_FOOTER",
     "SessionTools",
     "ToolCall",
     "ToolCallKit",
+    "call_text",
     "hermes_system",
     "kind_of_call",
     "parse_tool_call",
@@ -127,6 +150,14 @@ HERMES_FOOTER = (
     '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call>"
 )
+XML_FOOTER = (
+    "</tools>\n\nFor each function call, write the function's name and each argument's value as it is "
+    "(no quotes, no escapes) within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    "<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\n"
+    "multiple lines\n</parameter>\n</function>\n</tool_call>"
+)
+_FOOTERS = {CallFormat.JSON: HERMES_FOOTER, CallFormat.XML: XML_FOOTER}
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "integer": int,
@@ -135,6 +166,10 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "boolean": bool,
 }
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FUNCTION = re.compile(r"<function=([^>\n]*)>(.*?)(?:</function>|$)", re.DOTALL)
+_PARAMETER = re.compile(
+    r"<parameter=([^>\n]*)>(.*?)(?:</parameter>|(?=<parameter=)|(?=</function>)|$)", re.DOTALL
+)
 _RUNS_TESTS = re.compile(r"\b(pytest|unittest|tox|nox)\b|\btest_\w*\.py\b")
 
 
@@ -146,10 +181,23 @@ class ToolCall:
     arguments: dict[str, Any]
 
 
-def hermes_system(system: str, tools: Sequence[dict[str, Any]] = TOOLS) -> str:
-    """``system`` with the Hermes tools section appended (module docstring)."""
+def hermes_system(
+    system: str, tools: Sequence[dict[str, Any]] = TOOLS, call_format: CallFormat = CallFormat.JSON
+) -> str:
+    """``system`` with the Hermes tools section appended, asking for calls in ``call_format``
+    (module docstring)."""
     lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return f"{system}\n\n{HERMES_HEADER}\n{lines}\n{HERMES_FOOTER}"
+    return f"{system}\n\n{HERMES_HEADER}\n{lines}\n{_FOOTERS[call_format]}"
+
+
+def call_text(name: str, /, call_format: CallFormat = CallFormat.JSON, **arguments: object) -> str:
+    """One assistant turn calling ``name`` in ``call_format``, as :func:`parse_tool_call` reads it."""
+    if call_format is CallFormat.JSON:
+        call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        return f"<tool_call>\n{call}\n</tool_call>"
+    values = {k: v if isinstance(v, str) else json.dumps(v) for k, v in arguments.items()}
+    parameters = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in values.items())
+    return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
 
 
 def template_renders_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
@@ -163,12 +211,14 @@ def template_renders_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
     return plain != with_tools
 
 
-def _as_dicts(messages: Sequence[Message], hermes: bool) -> list[dict[str, str]]:
+def _as_dicts(
+    messages: Sequence[Message], hermes: bool, call_format: CallFormat = CallFormat.JSON
+) -> list[dict[str, str]]:
     out = []
     for m in messages:
         content = m.content
         if hermes and m.role == "system":
-            content = hermes_system(content)
+            content = hermes_system(content, TOOLS, call_format)
         elif hermes and m.role == "tool":
             content = f"<tool_response>\n{content}\n</tool_response>"
         out.append({"role": m.role, "content": content})
@@ -176,16 +226,21 @@ def _as_dicts(messages: Sequence[Message], hermes: bool) -> list[dict[str, str]]
 
 
 def render(
-    tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], generation_prompt: bool, native: bool
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    generation_prompt: bool,
+    native: bool,
+    call_format: CallFormat = CallFormat.JSON,
 ) -> str:
     """The conversation as the model reads it: ``native``, the template renders :data:`TOOLS`;
-    otherwise the Hermes rendering (:func:`hermes_system`, ``<tool_response>`` answers)."""
+    otherwise the Hermes rendering (:func:`hermes_system` asking for ``call_format``,
+    ``<tool_response>`` answers)."""
     if native:
         return tokenizer.apply_chat_template(
             _as_dicts(messages, False), tools=TOOLS, tokenize=False, add_generation_prompt=generation_prompt
         )
     return tokenizer.apply_chat_template(
-        _as_dicts(messages, True), tokenize=False, add_generation_prompt=generation_prompt
+        _as_dicts(messages, True, call_format), tokenize=False, add_generation_prompt=generation_prompt
     )
 
 
@@ -200,12 +255,42 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def parse_tool_call(reply: str) -> ToolCall | str:
+def _typed(value: str, spec: dict[str, Any] | None) -> Any:
+    """An XML parameter's text as its parameter's type: strings as written, the rest read as JSON
+    (left a string when it is not JSON, for :func:`validate_call` to name the type it needed)."""
+    if spec is None or spec.get("type") == "string":
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _xml_call(body: str, tools: Sequence[dict[str, Any]]) -> ToolCall | str:
+    """The ``<function=NAME><parameter=KEY>value</parameter>…</function>`` call in ``body``."""
+    function = _FUNCTION.search(body)
+    if function is None:
+        return "no <function=NAME> in the tool call"
+    name = function.group(1).strip()
+    specs = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in tools}.get(name, {})
+    arguments: dict[str, Any] = {}
+    for key, raw in _PARAMETER.findall(function.group(2)):
+        key = key.strip()
+        if key in arguments:
+            return f"the call gives the parameter {key!r} twice"
+        value = raw.removeprefix("\n")
+        arguments[key] = _typed(value[:-1] if value.endswith("\n") else value, specs.get(key))
+    return ToolCall(name, arguments)
+
+
+def parse_tool_call(reply: str, tools: Sequence[dict[str, Any]] = TOOLS) -> ToolCall | str:
     """The first call in ``reply`` (module docstring), or why there is none (the agent reads it)."""
     match = _CALL.search(reply)
     body = match.group(1) if match else reply.strip()
+    if body.startswith("<function="):
+        return _xml_call(body, tools)
     if not match and not body.startswith("{"):
-        return 'no tool call found: answer with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+        return "no tool call found: answer with one <tool_call></tool_call> block, as the tools section shows"
     try:
         call = _json_object(body)
     except ValueError as exc:
@@ -343,7 +428,7 @@ class ToolCallKit:
     def render(
         self, tokenizer: PreTrainedTokenizerBase, messages: list[Message], generation_prompt: bool
     ) -> str:
-        return render(tokenizer, messages, generation_prompt, self.native)
+        return render(tokenizer, messages, generation_prompt, self.native, self.settings.call_format)
 
     def open(self, task: Task) -> SessionTools:
         return SessionTools(task, self.opener)
