@@ -16,6 +16,7 @@ from gagar.policy.demos import DemoAnswer
 from gagar.policy.rollout import agent_for
 from gagar.policy.tokenizer import train_tokenizer
 from gagar.policy.tool_call_demos import demo_calls, tool_call_demos, untrained_turns, wrong_folder
+from gagar.policy.tool_calls import ToolCallKit
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="sessions drop to a sandbox uid: needs root")
 
@@ -74,6 +75,23 @@ def test_demonstrations_in_the_qwen3_coder_format_replay_to_the_same_patches(tas
         assert "<parameter=old_str>" in trained
         assert '"arguments"' not in text
         assert trained.count("<function=str_replace_editor>") == 2  # the view and the fix, not the misquote
+
+
+@needs_root
+def test_demonstrations_edit_first_when_the_prompt_shows_the_definition(tasks) -> None:
+    agent = AGENT.model_copy(update={"show_definition": True})
+    answers, tokenizer = _answers(tasks), _tokenizer(tasks)
+    demos, _ = tool_call_demos(answers, tokenizer, agent, seed=0, refusal_share=0.0, wrong_path_share=1.0)
+    assert len(demos) == len(tasks)
+    for demo in demos:
+        text, trained = _decoded(tokenizer, demo)
+        assert '"command": "view"' not in text  # neither the file nor a wrong folder is viewed
+        assert trained.count("<tool_call>") == 3  # the edit, the tests, submit
+    kit = ToolCallKit(tokenizer, agent, lambda t: None)
+    elsewhere = ("calc/ops.py", 1, '"""Small arithmetic helpers."""\n')  # shown lines without the edit's
+    script = demo_calls(answers[0], random.Random(0), 0.0, shown=elsewhere)
+    assert '"command": "view"' in script.calls[0]
+    assert kit.shown_definition(answers[0].task)[0] == "calc/ops.py"
 
 
 def test_a_refusal_that_shows_other_lines_is_followed_by_a_view(tasks, monkeypatch) -> None:

@@ -207,6 +207,26 @@ def test_a_template_with_a_tools_section_renders_the_tools(tasks) -> None:
     assert native_xml == by_template  # a template's own tools section wins
 
 
+def test_the_first_message_can_show_the_named_definition(tasks) -> None:
+    task = tasks[2]  # `clamp`, the third function of calc/ops.py
+    tokenizer = _tokenizer(task)
+    plain = ToolCallKit(tokenizer, AgentSettings(kind="tool-call"), lambda t: None)
+    shows = ToolCallKit(tokenizer, AgentSettings(kind="tool-call", show_definition=True), lambda t: None)
+    assert plain.shown_definition(task) is None
+    assert "```" not in plain.first_messages(task)[1].content
+    path, first, text = shows.shown_definition(task)
+    lines = task.snapshot[path].splitlines()
+    assert path == "calc/ops.py"
+    assert lines[first - 1] == "def clamp(x, low, high):"
+    last = first + len(text.splitlines()) - 1
+    assert lines[last - 1] == "    return x"  # the whole definition, nothing after it
+    message = shows.first_messages(task)[1].content
+    assert message.endswith(f"Most relevant: calc/ops.py (lines {first}-{last})\n```\n{text}```")
+    assert "def scale" not in message
+    unnamed = task.model_copy(update={"problem_statement": "the helpers misbehave"})
+    assert shows.shown_definition(unnamed) is None  # no named definition: the file is only named
+
+
 def _conversation(task: Task, tokenizer, replies: list[str]):
     log: list[str] = []
     kit = ToolCallKit(tokenizer, AgentSettings(kind="tool-call", max_tokens=4096), lambda t: FakeSession(log))

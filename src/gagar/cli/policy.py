@@ -57,6 +57,13 @@ CALL_FORMAT_OPTION = typer.Option(
     + _default(AgentSettings, "call_format"),
     show_default=False,
 )
+SHOW_DEFINITION_OPTION = typer.Option(
+    None,
+    "--show-definition/--no-show-definition",
+    help="Tool-call agent: the first message also shows the definition of the function the statement "
+    "names, as the single-turn prompt does." + _default(AgentSettings, "show_definition"),
+    show_default=False,
+)
 MAX_LIVE_OPTION = typer.Option(
     None,
     "--max-live",
@@ -126,6 +133,7 @@ def sft(
     agent: AgentKind | None = AGENT_OPTION,
     max_trajectory_tokens: int | None = MAX_TOKENS_OPTION,
     call_format: CallFormat | None = CALL_FORMAT_OPTION,
+    show_definition: bool | None = SHOW_DEFINITION_OPTION,
     correction_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Tool loop: share of clean demonstrations with an edit later corrected."
     ),
@@ -145,7 +153,12 @@ def sft(
         "correction_share": correction_share,
     }
     chosen = {k: v for k, v in given.items() if v is not None}
-    chosen["agent"] = agent_settings(kind=agent, max_tokens=max_trajectory_tokens, call_format=call_format)
+    chosen["agent"] = agent_settings(
+        kind=agent,
+        max_tokens=max_trajectory_tokens,
+        call_format=call_format,
+        show_definition=show_definition,
+    )
     lora_given = {
         "enabled": lora,
         "rank": lora_rank,
@@ -223,6 +236,7 @@ def evaluate(
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
     call_format: CallFormat | None = CALL_FORMAT_OPTION,
+    show_definition: bool | None = SHOW_DEFINITION_OPTION,
 ) -> None:
     """Parse rate, pass@1, clean fixes, turns, tokens and tool use, each patch run in the sandbox."""
     from gagar.experiment.config import EvalSettings
@@ -230,7 +244,7 @@ def evaluate(
 
     chosen = agent_settings(
         kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens, max_seconds=max_trajectory_seconds,
-        max_live=max_live, call_format=call_format,
+        max_live=max_live, call_format=call_format, show_definition=show_definition,
     )  # fmt: skip
     sampling = RolloutSettings(
         **{
@@ -293,6 +307,7 @@ def rollout(
     max_trajectory_seconds: float | None = MAX_SECONDS_OPTION,
     max_live: int | None = MAX_LIVE_OPTION,
     call_format: CallFormat | None = CALL_FORMAT_OPTION,
+    show_definition: bool | None = SHOW_DEFINITION_OPTION,
     sandbox: BackendName = SANDBOX_OPTION,
 ) -> None:
     """Sample GROUP_SIZE answers per task and write them as trajectories (the pipeline's rollout stage)."""
@@ -304,6 +319,7 @@ def rollout(
         "agent": agent_settings(
             kind=agent, max_turns=max_turns, max_tokens=max_trajectory_tokens,
             max_seconds=max_trajectory_seconds, max_live=max_live, call_format=call_format,
+            show_definition=show_definition,
         ),
     }  # fmt: skip
     metrics = rollout_stage(

@@ -99,6 +99,10 @@ class AgentSettings(BaseModel):
     """Tool-call agent: the call format the tools section asks for when the chat template does not
     render tools (SmolLM2's); replies are read in either. Demonstrations are written in it, so a policy
     is sampled with the format it was fine-tuned on."""
+    show_definition: bool = False
+    """Tool-call agent: the first message also shows the definition of the function the statement
+    names, as the single-turn prompt does (localisation up front, as Agentless starts); the agent still
+    reads and edits through its tools."""
     command_timeout_s: float = Field(default=30.0, gt=0)
     """Wall-clock limit of one ``bash`` call of the tool-call agent; a call that overruns is killed
     with its session's processes and answered as timed out (the working tree stays)."""

@@ -38,6 +38,7 @@ __all__ = [
     "build_prompt",
     "mentioned_names",
     "minimal_edits",
+    "named_definition",
     "parse_answer",
     "relevant_files",
     "render_blocks",
@@ -95,6 +96,16 @@ def _definition_span(text: str, names: Sequence[str]) -> tuple[int, int] | None:
             start = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
             return start, node.end_lineno or node.lineno
     return None
+
+
+def named_definition(task: Task, path: str) -> tuple[int, str] | None:
+    """The first line (1-based) and the text of the definition in ``path`` of the first function or
+    class the statement names (what the single-turn prompt shows), or None when it names none there."""
+    text = (task.snapshot or {}).get(path)
+    span = _definition_span(text, mentioned_names(task.problem_statement)) if text is not None else None
+    if text is None or span is None:
+        return None
+    return span[0] + 1, "".join(text.splitlines(keepends=True)[span[0] : span[1]])
 
 
 def _shown_text(text: str, span: tuple[int, int] | None, budget_lines: int | None) -> tuple[str, str]:

@@ -120,8 +120,11 @@ def demo_calls(
     refusal_share: float,
     wrong_path_share: float = 0.0,
     call_format: CallFormat = CallFormat.JSON,
+    shown: tuple[str, int, str] | None = None,
 ) -> DemoScript:
-    """The assistant turns of one demonstration (module docstring), its calls written in ``call_format``.
+    """The assistant turns of one demonstration (module docstring), its calls written in ``call_format``;
+    without the first view when the first message shows (``shown``: file, first line, text) the lines
+    it edits.
 
     Raises:
         ValueError: the answer has no edit block.
@@ -132,11 +135,13 @@ def demo_calls(
     first = blocks[0]
     snapshot = demo.task.snapshot or {}
     script, mistakes = [], set()
-    wrong_path = wrong_folder(first.path, list(snapshot)) if first.path in snapshot else None
+    seen = shown is not None and shown[0] == first.path and bool(first.search) and first.search in shown[2]
+    wrong_path = wrong_folder(first.path, list(snapshot)) if first.path in snapshot and not seen else None
     if wrong_path is not None and rng.random() < wrong_path_share:
         mistakes.add(len(script))
         script.append(call_text("str_replace_editor", call_format, command="view", path=wrong_path))
-    script.append(call_text("str_replace_editor", call_format, command="view", path=first.path))
+    if not seen:
+        script.append(call_text("str_replace_editor", call_format, command="view", path=first.path))
     text = snapshot.get(first.path, "")
     wrong = misquote(first.search) if first.search else None
     if wrong is not None and wrong not in text and first.search in text and rng.random() < refusal_share:
@@ -188,7 +193,8 @@ def tool_call_demos(
         check_append_only(tokenizer, answers[0].task, kit)
     for demo in answers:
         try:
-            script = demo_calls(demo, rng, refusal_share, wrong_path_share, agent.call_format)
+            shown = kit.shown_definition(demo.task)
+            script = demo_calls(demo, rng, refusal_share, wrong_path_share, agent.call_format, shown)
         except ValueError:
             counts["skipped"] += 1
             continue

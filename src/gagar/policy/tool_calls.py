@@ -63,7 +63,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from gagar.policy.agent import AgentSettings, CallFormat
-from gagar.policy.agent_format import relevant_files
+from gagar.policy.agent_format import named_definition, relevant_files
 from gagar.policy.tool_loop import ConversationTools
 from gagar.sandbox.shell_session import SessionError
 from gagar.schema.task import Task
@@ -415,10 +415,23 @@ class ToolCallKit:
         self.native = template_renders_tools(tokenizer)
         self.settings, self.opener = settings, opener
 
+    def shown_definition(self, task: Task) -> tuple[str, int, str] | None:
+        """The file, first line and text of the definition the first message shows (``show_definition``:
+        the function the statement names, in the most relevant file), or None."""
+        likely = relevant_files(task)
+        if not (likely and self.settings.show_definition):
+            return None
+        shown = named_definition(task, likely[0])
+        return (likely[0], *shown) if shown is not None else None
+
     def first_messages(self, task: Task) -> list[Message]:
         files = "\n".join(sorted(task.snapshot or {}))
         likely = relevant_files(task)
         hint = f"\n\nMost relevant: {likely[0]}" if likely else ""
+        if (shown := self.shown_definition(task)) is not None:
+            _, first, text = shown
+            code = text.rstrip("\n")
+            hint += f" (lines {first}-{first + code.count(chr(10))})\n```\n{code}\n```"
         listing = f"\n\nFiles:\n{files}" if files else ""
         return [
             Message(role="system", content=SYSTEM_PROMPT),
