@@ -102,8 +102,8 @@ def named_definition(task: Task, path: str) -> tuple[int, str] | None:
     """The first line (1-based) and the text of the definition in ``path`` of the first function or
     class the statement names (what the single-turn prompt shows), or None when it names none there."""
     text = (task.snapshot or {}).get(path)
-    span = _definition_span(text, mentioned_names(task.problem_statement)) if text is not None else None
-    if text is None or span is None:
+    span = None if text is None else _definition_span(text, mentioned_names(task.problem_statement))
+    if span is None:
         return None
     return span[0] + 1, "".join(text.splitlines(keepends=True)[span[0] : span[1]])
 

@@ -418,7 +418,9 @@ class ToolCallKit:
     def shown_definition(self, task: Task) -> tuple[str, int, str] | None:
         """The file, first line and text of the definition the first message shows (``show_definition``:
         the function the statement names, in the most relevant file), or None."""
-        likely = relevant_files(task)
+        return self._definition(task, relevant_files(task))
+
+    def _definition(self, task: Task, likely: list[str]) -> tuple[str, int, str] | None:
         if not (likely and self.settings.show_definition):
             return None
         shown = named_definition(task, likely[0])
@@ -428,7 +430,7 @@ class ToolCallKit:
         files = "\n".join(sorted(task.snapshot or {}))
         likely = relevant_files(task)
         hint = f"\n\nMost relevant: {likely[0]}" if likely else ""
-        if (shown := self.shown_definition(task)) is not None:
+        if (shown := self._definition(task, likely)) is not None:
             _, first, text = shown
             code = text.rstrip("\n")
             hint += f" (lines {first}-{first + code.count(chr(10))})\n```\n{code}\n```"
