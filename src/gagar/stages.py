@@ -54,7 +54,9 @@ def rollout_stage(
     from gagar.sandbox.runner import make_backend as make_sandbox
     from gagar.tasks.loaders import load_tasks
 
-    generator, tokenizer = make_backend(str(policy), backend, endpoint=endpoint, model_name=model_name)
+    generator, tokenizer = make_backend(
+        str(policy), backend, endpoint=endpoint, model_name=model_name, agent=settings.agent
+    )
     runs_tests = agent_for(settings.agent).needs_sandbox
     trajectories = rl_step.rollout(
         settings, generator, tokenizer, load_tasks(tasks), seed=seed, step=step, gen_batch=0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -10,6 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from gagar.cli import policy as policy_cli
+from gagar.policy.agent import SFT_CONFIG_FILE, AgentKind, AgentSettings, CallFormat, fine_tuned_agent
 from gagar.policy.rollout import make_backend, rollout
 from gagar.records import read_records, write_records
 from gagar.sandbox.base import Prediction
@@ -112,3 +114,32 @@ def test_cli_rollout_and_eval_with_the_tool_loop(tiny_policy, tasks, tmp_path) -
     assert quality["submitted_rate"] == 0.0
     assert sum(quality["tool_calls_mean"].values()) == 2.0
     assert quality["sampled_tokens_mean"] <= 2 * 12
+
+
+def test_a_policy_sampled_with_another_agent_prompt_than_it_was_fine_tuned_for_is_named(
+    tiny_policy, tmp_path, caplog
+) -> None:
+    single, tool_call = AgentSettings(), AgentSettings(kind=AgentKind.TOOL_CALL)
+    assert fine_tuned_agent(tiny_policy) == single  # gagar policy sft recorded it
+    with caplog.at_level(logging.WARNING, logger="gagar.policy.rollout"):
+        make_backend(str(tiny_policy), agent=single.model_copy(update={"max_turns": 3, "max_tokens": 99}))
+        assert not caplog.records  # budgets do not change the prompt
+        make_backend(str(tiny_policy), agent=tool_call)
+    (record,) = caplog.records
+    assert str(tiny_policy) in record.getMessage()
+    assert "kind single there, tool-call here" in record.getMessage()
+    assert fine_tuned_agent(tmp_path) is None  # nothing recorded: a pretrained model, an RL checkpoint
+    (tmp_path / SFT_CONFIG_FILE).write_text('{"agent": {"kind": "no-such-agent"}}')
+    assert fine_tuned_agent(tmp_path) is None
+
+
+def test_the_prompt_shaping_settings_of_the_tool_call_agent_are_its_call_format_and_definition() -> None:
+    trained = AgentSettings(kind=AgentKind.TOOL_CALL, call_format=CallFormat.XML, show_definition=True)
+    assert trained.prompt_differences(trained.model_copy(update={"max_turns": 2, "max_tool_chars": 90})) == {}
+    assert trained.prompt_differences(AgentSettings(kind=AgentKind.TOOL_CALL)) == {
+        "call_format": ("xml", "json"),
+        "show_definition": ("true", "false"),
+    }
+    assert trained.prompt_differences(AgentSettings()) == {"kind": ("tool-call", "single")}
+    # the single-shot prompt has no call format: its unused fields differ without effect
+    assert AgentSettings().prompt_differences(AgentSettings(call_format=CallFormat.XML)) == {}

@@ -134,7 +134,7 @@ def evaluate_policy(
     held_out = load_tasks(tasks)[:max_tasks]
     if not held_out:
         raise ValueError(f"{tasks}: no held-out tasks")
-    generator, tokenizer = make_backend(str(policy), settings.backend)
+    generator, tokenizer = make_backend(str(policy), settings.backend, agent=settings.agent)
     sandbox_backend = make_sandbox(BackendName(sandbox), workers)
     sampling = RolloutSettings(
         group_size=settings.samples_per_task,

@@ -183,7 +183,11 @@ def rollout(
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = store.fetch_policy(policy, Path(tmp) / "policy")
         generator, tokenizer = make_backend(
-            str(model_dir), backend, endpoint=c.endpoint, model_name=None if version == policy else version
+            str(model_dir),
+            backend,
+            endpoint=c.endpoint,
+            model_name=None if version == policy else version,
+            agent=c.agent,
         )
         with _timed(metrics, "rollout"):
             sampled = rl_step.rollout(

@@ -11,7 +11,10 @@ every sampling path: ``gagar rollout``, ``gagar train``, ``gagar policy eval``, 
 
 from __future__ import annotations
 
+import json
+import os
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -19,10 +22,12 @@ __all__ = [
     "COMMANDS",
     "INVALID",
     "RAN_TESTS_KINDS",
+    "SFT_CONFIG_FILE",
     "TOOL_CALL_KINDS",
     "AgentKind",
     "AgentSettings",
     "CallFormat",
+    "fine_tuned_agent",
     "ran_tests",
 ]
 
@@ -106,3 +111,30 @@ class AgentSettings(BaseModel):
     command_timeout_s: float = Field(default=30.0, gt=0)
     """Wall-clock limit of one ``bash`` call of the tool-call agent; a call that overruns is killed
     with its session's processes and answered as timed out (the working tree stays)."""
+
+    def prompt_differences(self, other: AgentSettings) -> dict[str, tuple[str, str]]:
+        """The settings that change what the model reads and is asked to write (its prompts, tools
+        section and call format) in which ``other`` differs from these: name to (this, other) value.
+        Budgets are left out: a policy may be sampled with other budgets than it was fine-tuned with."""
+        if self.kind is not other.kind:
+            return {"kind": (self.kind.value, other.kind.value)}
+        shaping = ["call_format", "show_definition"] if self.kind is AgentKind.TOOL_CALL else []
+        return {
+            name: (str(mine).lower(), str(theirs).lower())
+            for name in shaping
+            if (mine := getattr(self, name)) != (theirs := getattr(other, name))
+        }
+
+
+SFT_CONFIG_FILE = "sft_config.json"
+"""What ``gagar policy sft`` records in the policy directory: its settings, the agent among them."""
+
+
+def fine_tuned_agent(policy: str | os.PathLike[str]) -> AgentSettings | None:
+    """The agent a policy directory was fine-tuned for (its :data:`SFT_CONFIG_FILE`); None where none
+    is recorded or readable (a pretrained model, an RL checkpoint, an older SFT run)."""
+    try:
+        recorded = json.loads((Path(policy) / SFT_CONFIG_FILE).read_text())["agent"]
+        return AgentSettings.model_validate(recorded)
+    except (OSError, ValueError, KeyError, TypeError):  # a ValidationError is a ValueError
+        return None

@@ -11,6 +11,7 @@ conversations are native tool calls run in a sandboxed session each (:mod:`gagar
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from tqdm import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from gagar.policy.agent import AgentKind, AgentSettings
+from gagar.policy.agent import AgentKind, AgentSettings, fine_tuned_agent
 from gagar.policy.agent_format import build_prompt, parse_answer
 from gagar.policy.generation import GenerationBackend, Sample
 from gagar.policy.tool_loop import TestRunner, run_tool_loops
@@ -28,6 +29,8 @@ from gagar.schema.trajectory import Message, SamplingParams, Trajectory
 
 if TYPE_CHECKING:
     from gagar.policy.demos import DemoAnswer, Demonstration
+
+log = logging.getLogger(__name__)
 
 
 class DemoBudget(Protocol):
@@ -51,20 +54,30 @@ __all__ = [
     "make_backend",
     "rollout",
     "to_trajectory",
+    "warn_if_fine_tuned_otherwise",
 ]
 
 
 def make_backend(
-    policy: str, kind: str = "hf", endpoint: str | None = None, model_name: str | None = None
+    policy: str,
+    kind: str = "hf",
+    endpoint: str | None = None,
+    model_name: str | None = None,
+    agent: AgentSettings | None = None,
 ) -> tuple[GenerationBackend, PreTrainedTokenizerBase]:
     """Generation backend ``kind`` (``hf``, ``vllm``, ``openai``) for a policy directory, and its tokenizer.
 
-    The tokenizer always comes from ``policy``: prompts are built and answers decoded locally.
+    The tokenizer always comes from ``policy``: prompts are built and answers decoded locally. Given
+    the ``agent`` that will sample it, a policy fine-tuned for another prompt is named in a warning
+    (:func:`warn_if_fine_tuned_otherwise`).
 
     Raises:
         ValueError: an unknown kind, or ``openai`` without an endpoint.
     """
     from transformers import AutoTokenizer
+
+    if agent is not None:
+        warn_if_fine_tuned_otherwise(policy, agent)
 
     if kind == "hf":
         from gagar.policy.generation import HFBackend
@@ -85,6 +98,22 @@ def make_backend(
         name = model_name or Path(policy).name
         return OpenAIBackend(endpoint, name, [tokenizer.eos_token_id]), tokenizer
     raise ValueError(f"unknown backend {kind!r}: choose hf, vllm or openai")
+
+
+def warn_if_fine_tuned_otherwise(policy: str, agent: AgentSettings) -> dict[str, tuple[str, str]]:
+    """Log one warning when ``policy`` was fine-tuned (``gagar policy sft``) for an agent whose prompt
+    differs from ``agent``'s (kind, call format, definition shown): sampled so, a policy reads
+    prompts and is asked for calls it never saw, and scores far below what it was measured at.
+    Returns the differences (setting: fine-tuned, sampled)."""
+    trained = fine_tuned_agent(policy)
+    differences = trained.prompt_differences(agent) if trained is not None else {}
+    if differences:
+        log.warning(
+            "%s was fine-tuned for another agent prompt than it is sampled with: %s (set the agent to match)",
+            policy,
+            ", ".join(f"{name} {was} there, {now} here" for name, (was, now) in differences.items()),
+        )
+    return differences
 
 
 def group_id_of(task: Task, step: int, gen_batch: int) -> str:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from gagar.policy.agent import AgentSettings
+from gagar.policy.agent import SFT_CONFIG_FILE, AgentSettings
 from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.rollout import agent_for
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 CONFIG_FILE, METRICS_FILE, CURVE_FILE, CKPT_DIR, ADAPTER_DIR = (
-    "sft_config.json",
+    SFT_CONFIG_FILE,
     "sft_metrics.json",
     "loss_curve.png",
     "checkpoints",

@@ -208,6 +208,7 @@ class Trainer:
                 RolloutBackend.OPENAI.value if server else c.rollout.backend.value,
                 endpoint=c.rollout.endpoint,
                 model_name=version if server else None,
+                agent=c.rollout.agent,
             )
         inputs = rl_step.StepInputs(
             step=step,
