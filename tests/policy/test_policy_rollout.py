@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 
 from gagar.cli import policy as policy_cli
 from gagar.policy.agent import SFT_CONFIG_FILE, AgentKind, AgentSettings, CallFormat, fine_tuned_agent
+from gagar.policy.generation import HFBackend
+from gagar.policy.prefix_cache import PrefixCachingBackend
 from gagar.policy.rollout import make_backend, rollout
 from gagar.records import read_records, write_records
 from gagar.sandbox.base import Prediction
@@ -143,3 +145,20 @@ def test_the_prompt_shaping_settings_of_the_tool_call_agent_are_its_call_format_
     assert trained.prompt_differences(AgentSettings()) == {"kind": ("tool-call", "single")}
     # the single-shot prompt has no call format: its unused fields differ without effect
     assert AgentSettings().prompt_differences(AgentSettings(call_format=CallFormat.XML)) == {}
+
+
+def test_a_multi_turn_agent_prefills_only_what_no_earlier_turn_computed(tiny_policy, tasks) -> None:
+    assert isinstance(make_backend(str(tiny_policy))[0], HFBackend)
+    assert isinstance(make_backend(str(tiny_policy), agent=AgentSettings())[0], HFBackend)
+    loop = AgentSettings(kind=AgentKind.TOOL_LOOP, max_turns=3)
+    backend, tokenizer = make_backend(str(tiny_policy), agent=loop)
+    assert isinstance(backend, PrefixCachingBackend)
+    params = SamplingParams(max_new_tokens=12, seed=3)
+    rows = list(rollout(tasks[:2], backend, tokenizer, 2, params, agent=loop, progress=False))
+    assert all(t.turns == 3 for t in rows)
+    # each group's first prompt is prefilled once, each later turn only past its previous call: of
+    # the 12 prompts sent (4 conversations x 3 turns), 2 first turns and every later turn's history
+    # come from the cache
+    first_prompts = sum(len(t.prompt_token_ids) for t in rows)
+    assert backend.stats.cached_tokens >= first_prompts + first_prompts // 2 - 2
+    assert backend.stats.cached_tokens > backend.stats.prompt_tokens / 2

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MULTI_TURN_CACHE_TOKENS = 1 << 16
+"""Token budget of the prefix cache a multi-turn agent's in-process engine keeps (least recently used
+evicted; a conversation's new turn replaces its previous entry, so about one entry a live conversation):
+64 generation-batch conversations of 1,024 tokens, 3 GB of key/values for SmolLM2-135M in float32."""
+
 
 class DemoBudget(Protocol):
     """What building demonstrations reads of an SFT run's settings (:class:`gagar.policy.sft.SFTConfig`)."""
@@ -44,6 +49,7 @@ class DemoBudget(Protocol):
 
 
 __all__ = [
+    "MULTI_TURN_CACHE_TOKENS",
     "Agent",
     "SampleContext",
     "SingleShotAgent",
@@ -69,7 +75,9 @@ def make_backend(
 
     The tokenizer always comes from ``policy``: prompts are built and answers decoded locally. Given
     the ``agent`` that will sample it, a policy fine-tuned for another prompt is named in a warning
-    (:func:`warn_if_fine_tuned_otherwise`).
+    (:func:`warn_if_fine_tuned_otherwise`), and a multi-turn agent on ``hf`` gets the prefix-caching
+    engine (:class:`~gagar.policy.prefix_cache.PrefixCachingBackend`): a conversation is sent whole
+    every turn, and only what no earlier call computed is prefilled.
 
     Raises:
         ValueError: an unknown kind, or ``openai`` without an endpoint.
@@ -78,12 +86,14 @@ def make_backend(
 
     if agent is not None:
         warn_if_fine_tuned_otherwise(policy, agent)
-
     if kind == "hf":
         from gagar.policy.generation import HFBackend
         from gagar.policy.model import load_policy
+        from gagar.policy.prefix_cache import PrefixCachingBackend
 
         model, tokenizer = load_policy(policy)
+        if agent is not None and agent_for(agent).samples_conversations:
+            return PrefixCachingBackend(model, tokenizer, MULTI_TURN_CACHE_TOKENS), tokenizer
         return HFBackend(model, tokenizer), tokenizer
     tokenizer = AutoTokenizer.from_pretrained(policy)
     if kind == "vllm":
