@@ -162,3 +162,4 @@ def test_a_multi_turn_agent_prefills_only_what_no_earlier_turn_computed(tiny_pol
     first_prompts = sum(len(t.prompt_token_ids) for t in rows)
     assert backend.stats.cached_tokens >= first_prompts + first_prompts // 2 - 2
     assert backend.stats.cached_tokens > backend.stats.prompt_tokens / 2
+    assert backend.store.tokens == 0  # released once the call's conversations ended

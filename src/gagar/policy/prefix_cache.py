@@ -100,6 +100,11 @@ class PrefixStore:
         while self._tokens > self.max_tokens:
             self._drop(next(iter(self._entries)))
 
+    def clear(self) -> None:
+        """Drop every stored sequence."""
+        self._entries.clear()
+        self._tokens = 0
+
     def _drop(self, key: tuple[int, ...]) -> None:
         del self._entries[key]
         self._tokens -= len(key)

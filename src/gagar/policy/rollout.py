@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 from gagar.policy.agent import AgentKind, AgentSettings, fine_tuned_agent
 from gagar.policy.agent_format import build_prompt, parse_answer
 from gagar.policy.generation import GenerationBackend, Sample
+from gagar.policy.prefix_cache import PrefixCachingBackend
 from gagar.policy.tool_loop import TestRunner, run_tool_loops
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Message, SamplingParams, Trajectory
@@ -89,7 +90,6 @@ def make_backend(
     if kind == "hf":
         from gagar.policy.generation import HFBackend
         from gagar.policy.model import load_policy
-        from gagar.policy.prefix_cache import PrefixCachingBackend
 
         model, tokenizer = load_policy(policy)
         if agent is not None and agent_for(agent).samples_conversations:
@@ -432,6 +432,8 @@ def rollout(
             params if params.seed is None else params.model_copy(update={"seed": params.seed + call})
         )
         sampled = chosen.sample(tasks[start : start + per_call], call_params, ctx)
+        if isinstance(backend, PrefixCachingBackend):
+            backend.store.clear()  # the call's conversations are over: nothing will extend their prefixes
         for (
             trajectory
         ) in sampled:  # every trajectory records the run's sampling settings, not the call's seed
