@@ -192,6 +192,7 @@ EOF
     --root-dir "$state/kubelet" --cert-dir "$state/kubelet/pki" \
     --container-runtime docker --docker-endpoint "unix://$docker_sock" --pod-infra-container-image "$pause_image" \
     --image-gc-high-threshold 100 --image-pull-progress-deadline 10m \
+    --eviction-hard 'memory.available<100Mi,nodefs.available<2Gi,imagefs.available<2Gi' \
     --cgroup-driver cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= --fail-swap-on=false \
     --cluster-dns 10.96.0.10 --cluster-domain cluster.local --serialize-image-pulls=false
   ready() { api "/api/v1/nodes/$node" | jq -e '.status.conditions[] | select(.type=="Ready") | .status=="True"'; }
