@@ -93,12 +93,15 @@ def _prompts() -> list[list[int]]:
     return [[*system, 40, 41, 42], [*system, 40, 41, 42, 50, 51], [*system, 20], [3, 4]]
 
 
-def test_greedy_answers_equal_generate_and_later_turns_hit_the_cache(model: LlamaForCausalLM) -> None:
+@pytest.mark.parametrize("batch_size", [None, 1, 3])  # every row at once, one at a time, a ragged last chunk
+def test_greedy_answers_equal_generate_and_later_turns_hit_the_cache(
+    model: LlamaForCausalLM, batch_size: int | None
+) -> None:
     first = HFBackend(model, SimpleNamespace(eos_token_id=63, pad_token_id=0)).generate(_prompts(), GREEDY)
     stop = first[0][0].token_ids[2]  # the first answer's third token ends it: rows leave the batch early
     tokenizer = SimpleNamespace(eos_token_id=stop, pad_token_id=0)
     expected = HFBackend(model, tokenizer).generate(_prompts(), GREEDY)
-    cached = PrefixCachingBackend(model, tokenizer, cache_tokens=1000)
+    cached = PrefixCachingBackend(model, tokenizer, cache_tokens=1000, batch_size=batch_size)
     for call in range(2):  # the second call finds every prompt stored
         got = cached.generate(_prompts(), GREEDY)
         for want, have in zip(expected, got, strict=True):

@@ -17,7 +17,10 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from gagar.schema.trajectory import SamplingParams
 
-__all__ = ["GenerationBackend", "HFBackend", "Sample", "sequence_logprobs"]
+__all__ = ["BATCH_SIZE", "GenerationBackend", "HFBackend", "Sample", "sequence_logprobs"]
+
+BATCH_SIZE = 32
+"""Most sequences the in-process engines sample together by default."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ class HFBackend:
     """
 
     def __init__(
-        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = 32
+        self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, batch_size: int = BATCH_SIZE
     ) -> None:
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         eos = tokenizer.eos_token_id

@@ -148,13 +148,23 @@ class PrefixCachingBackend:
         model: a causal LM in eval mode (its ``forward`` takes ``past_key_values`` and ``position_ids``).
         tokenizer: its tokenizer; ``eos_token_id`` ends an answer.
         cache_tokens: the store's budget in tokens.
+        batch_size: most sequences prefilled and then decoded together (None: every sequence of a
+            call); bounds the decoding cache, which is padded to the call's longest prompt.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, cache_tokens: int) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        cache_tokens: int,
+        batch_size: int | None = None,
+    ) -> None:
         eos = tokenizer.eos_token_id
         if eos is None:
             raise ValueError("the tokenizer has no eos_token_id: answers could never end")
-        self.model, self.stop_token_ids = model, (eos,)
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.model, self.stop_token_ids, self.batch_size = model, (eos,), batch_size
         self.store = PrefixStore(cache_tokens)
         self.stats = CacheStats()
 
@@ -167,9 +177,12 @@ class PrefixCachingBackend:
         if params.seed is not None:
             torch.manual_seed(params.seed)
         flat = [list(p) for p in prompts for _ in range(n)]
+        rows = self.batch_size or len(flat)
+        samples: list[Sample] = []
         with torch.no_grad():
-            prefilled = [self._prefill(p) for p in flat]
-            samples = self._decode(flat, prefilled, params)
+            for start in range(0, len(flat), rows):
+                chunk = flat[start : start + rows]
+                samples += self._decode(chunk, [self._prefill(p) for p in chunk], params)
         return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def _prefill(self, prompt: list[int]) -> tuple[KV, torch.Tensor]:

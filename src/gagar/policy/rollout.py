@@ -33,10 +33,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MULTI_TURN_CACHE_TOKENS = 1 << 16
-"""Token budget of the prefix cache a multi-turn agent's in-process engine keeps (least recently used
-evicted; a conversation's new turn replaces its previous entry, so about one entry a live conversation):
-64 generation-batch conversations of 1,024 tokens, 3 GB of key/values for SmolLM2-135M in float32."""
+MULTI_TURN_CACHE_TOKENS = 1 << 20
+"""Token budget of the prefix cache a multi-turn agent's in-process engine keeps. A conversation's new
+turn replaces its previous entry and the store is emptied when a call's conversations end, so it holds
+about the live conversations' prompts (100 conversations of 3,072 tokens: 307,200 tokens, 14 GB of
+key/values for SmolLM2-135M in float32; bound it with ``agent.max_live``); the budget only caps that.
+Least recently used entries are evicted past it, and a batch whose conversations cycle through a store
+too small for them all would miss on every turn, so it must hold a whole batch."""
 
 
 class DemoBudget(Protocol):
@@ -88,12 +91,12 @@ def make_backend(
     if agent is not None:
         warn_if_fine_tuned_otherwise(policy, agent)
     if kind == "hf":
-        from gagar.policy.generation import HFBackend
+        from gagar.policy.generation import BATCH_SIZE, HFBackend
         from gagar.policy.model import load_policy
 
         model, tokenizer = load_policy(policy)
         if agent is not None and agent_for(agent).samples_conversations:
-            return PrefixCachingBackend(model, tokenizer, MULTI_TURN_CACHE_TOKENS), tokenizer
+            return PrefixCachingBackend(model, tokenizer, MULTI_TURN_CACHE_TOKENS, BATCH_SIZE), tokenizer
         return HFBackend(model, tokenizer), tokenizer
     tokenizer = AutoTokenizer.from_pretrained(policy)
     if kind == "vllm":
