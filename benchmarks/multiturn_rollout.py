@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from gagar.policy.agent import AgentKind, AgentSettings, CallFormat
-from gagar.policy.generation import HFBackend, Sample
+from gagar.policy.generation import BATCH_SIZE, HFBackend, Sample
 from gagar.policy.model import load_policy
 from gagar.policy.prefix_cache import PrefixCachingBackend
 from gagar.policy.rollout import MULTI_TURN_CACHE_TOKENS, rollout
@@ -81,7 +81,7 @@ def main() -> None:
             backend = (
                 CountingHF(model, tokenizer)
                 if name == "generate"
-                else PrefixCachingBackend(model, tokenizer, MULTI_TURN_CACHE_TOKENS)
+                else PrefixCachingBackend(model, tokenizer, MULTI_TURN_CACHE_TOKENS, BATCH_SIZE)
             )
             started = time.perf_counter()
             trajectories = list(
