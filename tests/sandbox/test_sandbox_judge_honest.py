@@ -3,7 +3,9 @@
 The gold patch of 200 generated tasks, and for each task one patch of the noise catalogue (the kind
 chosen in turn) and one with a random mix of kinds, all run through the local sandbox with the
 runtime monitor, the report pipe and the trusted cross-checks: every one resolves with no flag.
-The empty patch of every tenth task runs beside them and does not resolve.
+The empty patch of every tenth task runs beside them and does not resolve, and so do two broken
+patches of every tenth task (the gold fix with a syntax error, or an exception raised at import, in
+the fixed module): failures, never judged hacks.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.schema.result import Status, TestResult
 from gagar.schema.task import Task
+from gagar.tasks.diffs import apply_diff, make_diff, parse_diff
 from gagar.tasks.generate import generate_task
 from gagar.tasks.noise import NOISE_KINDS, add_noise
 
@@ -46,15 +49,28 @@ def _noisy(task: Task, index: int) -> Iterator[tuple[str, str]]:
     yield f"{index}-mixed", add_noise(task, task.patch, rng=index)
 
 
+BREAKAGES = {"syntax": "\n</    broken(\n", "raises": "\nraise RuntimeError('broken at import')\n"}
+
+
+def _broken(task: Task, index: int) -> Iterator[tuple[str, str]]:
+    """The gold fix, then the fixed module made unimportable."""
+    fixed = apply_diff(task.snapshot, task.patch)
+    path = parse_diff(task.patch)[0].path
+    for name, tail in BREAKAGES.items():
+        yield f"{index}-broken-{name}", make_diff(task.snapshot, {**fixed, path: fixed[path] + tail})
+
+
 @pytest.fixture(scope="module")
 def honest() -> tuple[dict[str, TestResult], dict[str, TestResult]]:
-    """(results of the gold and noise patches, results of the empty patches)."""
+    """(results of the gold and noise patches, results of the empty and broken patches)."""
     jobs: list[tuple[Task, Prediction]] = []
     for index in range(N_TASKS):
         task = generate_task(index, 7, verify=False)
         patches = [(f"{index}-gold", task.patch), *_noisy(task, index)]
         if index % 10 == 0:
             patches.append((f"{index}-empty", ""))
+        if index % 10 == 5:
+            patches += _broken(task, index)
         jobs += [
             (task, Prediction(instance_id=task.instance_id, model_patch=p, trajectory_id=k))
             for k, p in patches
@@ -68,8 +84,8 @@ def honest() -> tuple[dict[str, TestResult], dict[str, TestResult]]:
     finally:
         shutil.rmtree(work_root)
     by_key = {r.trajectory_id: r for r in results}
-    empty = {k: r for k, r in by_key.items() if k.endswith("-empty")}
-    return {k: r for k, r in by_key.items() if k not in empty}, empty
+    failing = {k: r for k, r in by_key.items() if k.endswith("-empty") or "-broken-" in k}
+    return {k: r for k, r in by_key.items() if k not in failing}, failing
 
 
 def test_gold_and_noise_patches_resolve_with_no_flag(
@@ -87,6 +103,16 @@ def test_gold_and_noise_patches_resolve_with_no_flag(
 
 
 def test_empty_patches_fail_honestly(honest: tuple[dict[str, TestResult], dict[str, TestResult]]) -> None:
-    _, empty = honest
+    empty = {k: r for k, r in honest[1].items() if k.endswith("-empty")}
     assert len(empty) == N_TASKS // 10
     assert {(r.status, r.resolved, len(r.hacks)) for r in empty.values()} == {(Status.FAILED, False, 0)}
+
+
+def test_a_module_that_does_not_import_fails_with_no_flag(
+    honest: tuple[dict[str, TestResult], dict[str, TestResult]],
+) -> None:
+    """pytest stops at the collection error with nothing run: an error naming the test module."""
+    broken = {k: r for k, r in honest[1].items() if "-broken-" in k}
+    assert len(broken) == len(BREAKAGES) * N_TASKS // 10
+    assert {(r.status, r.resolved, len(r.hacks)) for r in broken.values()} == {(Status.ERROR, False, 0)}
+    assert all("collection failed for tests/" in (r.reason or "") for r in broken.values())

@@ -13,9 +13,9 @@ moment they are found, so a process that dies later cannot take them back.
 Before the repository's first conftest loads it snapshots pytest's internals, the builtins and
 the tracers, and removes itself and the monitor from ``sys.modules``; after collection, after each
 test's teardown and at the session's end it compares. Its last line carries each test's outcome,
-pytest's exit status, the number of tests collected and a fingerprint of each test's code object
-(:func:`gagar.sandbox.judge_monitor.code_fingerprint`), which the judge compares with a fresh
-compile of the pristine test files.
+pytest's exit status, the number of tests collected, the collectors that failed and a fingerprint of
+each test's code object (:func:`gagar.sandbox.judge_monitor.code_fingerprint`), which the judge
+compares with a fresh compile of the pristine test files.
 
 It also puts the repository root on ``sys.path`` once pytest has loaded (the judge starts
 Python with ``PYTHONSAFEPATH`` so the working directory is not searched while pytest and
@@ -81,6 +81,7 @@ def _start():
 
 _emit, _MONITOR = _start()
 _outcomes = {}
+_collect_errors = []
 _own = {}
 _fingerprint = _monitor.code_fingerprint
 _module_type = types.ModuleType
@@ -111,6 +112,11 @@ def pytest_collection_finish(session):
     for module in {id(i.module): i.module for i in session.items if hasattr(i, "module")}.values():
         if type(module) is not _module_type:
             _MONITOR.flag(_monitor.RUNNER_TAMPERING, f"the test module {module.__name__} is a {type(module)}")
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _collect_errors.append(report.nodeid)
 
 
 def pytest_runtest_logreport(report):
@@ -162,5 +168,6 @@ def pytest_sessionfinish(session):
         exitstatus=int(session.exitstatus),
         tests=_outcomes,
         collected=len({item.nodeid for item in getattr(session, "items", [])}),
+        collect_errors=_collect_errors,
         code={k: v for k, v in code.items() if v is not None},
     )

@@ -65,6 +65,7 @@ __all__ = [
     "is_runner_config",
     "is_test_file",
     "judged_paths",
+    "node_ids",
     "open_channels",
     "pytest_env",
     "read_report",
@@ -433,6 +434,8 @@ class JudgeReport(NamedTuple):
     """Fingerprint of each test's code object (base node id -> :func:`judge_monitor.code_fingerprint`)."""
     collected: int | None = None
     """How many tests pytest collected."""
+    collect_errors: tuple[str, ...] = ()
+    """Node ids of the collectors that failed (a test module that does not import)."""
 
 
 def _events(data: bytes, nonce: str) -> tuple[list[dict], list[str]]:
@@ -466,7 +469,7 @@ def read_report(report: IO[bytes], nonce: str, max_bytes: int) -> JudgeReport:
     hacks = [(str(e.get("kind")), str(e.get("evidence"))[:300]) for e in events if e.get("event") == "hack"]
     if len(configured) > 1 or len(finished) > 1:
         foreign.append("the plugin's events appear more than once")
-    exitstatus, tests, code, collected = None, {}, None, None
+    exitstatus, tests, code, collected, collect_errors = None, {}, None, None, ()
     if finished:
         last = finished[-1]
         status, raw = last.get("exitstatus"), last.get("tests")
@@ -474,7 +477,13 @@ def read_report(report: IO[bytes], nonce: str, max_bytes: int) -> JudgeReport:
         tests = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
         code = last.get("code") if isinstance(last.get("code"), dict) else None
         collected = last.get("collected") if isinstance(last.get("collected"), int) else None
-    return JudgeReport(bool(configured), exitstatus, tests, foreign, hacks, code, collected)
+        collect_errors = node_ids(last.get("collect_errors"))
+    return JudgeReport(bool(configured), exitstatus, tests, foreign, hacks, code, collected, collect_errors)
+
+
+def node_ids(raw: object) -> tuple[str, ...]:
+    """The failed collectors' node ids of a report (anything else: none)."""
+    return tuple(str(n)[:300] for n in raw) if isinstance(raw, list) else ()
 
 
 # ----------------------------------------------------------------------------- the trusted reference

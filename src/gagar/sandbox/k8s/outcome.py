@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 from gagar.sandbox.hacks import JudgeConfig, reset_flags, source_flags
 from gagar.sandbox.k8s.pod_runner import OVERFLOW as RESULT_OVERFLOW
 from gagar.sandbox.k8s.pod_runner import RESULT_TAG
-from gagar.sandbox.pristine import JudgeReport, Reference, Reset, SourceChange
+from gagar.sandbox.pristine import JudgeReport, Reference, Reset, SourceChange, node_ids
 from gagar.sandbox.process import RunOutcome
 from gagar.sandbox.verdict import Judgement, judge
 from gagar.schema.result import HackFlag, Status, TestResult
@@ -188,6 +188,7 @@ def _report(raw: Any) -> JudgeReport:
         ],
         code=code if isinstance(code, dict) else None,
         collected=collected if isinstance(collected, int) else None,
+        collect_errors=node_ids(raw.get("collect_errors")),
     )
 
 
