@@ -532,6 +532,17 @@ def test_the_in_pod_runner_applies_the_same_judge() -> None:
     assert_clean(cluster)
 
 
+def test_a_module_that_does_not_import_is_a_failure_in_a_pod_too() -> None:
+    """The pod runner carries the plugin's failed collectors: a syntax error in the tested module is an
+    error naming the test module, not a hack."""
+    broken = file_diff("calc.py", "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a +\n")
+    cluster = FakeCluster()
+    (result,) = KubernetesBackend(config(), cluster, cluster).evaluate([(task(), pred(broken, "broken"))])
+    assert (result.status, result.resolved, result.hacks) == (Status.ERROR, False, []), result
+    assert "collection failed for tests/test_calc.py" in (result.reason or "")
+    assert_clean(cluster)
+
+
 def test_a_pod_without_termination_message_is_read_from_its_log() -> None:
     """The real-kubelet fallback: a summary that did not fit (or no message) comes from the log."""
     cluster = FakeCluster()
