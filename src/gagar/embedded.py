@@ -181,6 +181,8 @@ def _recipe_settings(s: EmbeddedSettings) -> dict[str, Any]:
     unused = {"checkpoint_every", "keep_checkpoints"} | (set() if config.lora.enabled else {"lora"})
     if config.micro_batch_tokens is None:
         unused.add("micro_batch_tokens")
+    if not config.wrong_share:
+        unused.add("wrong_share")
     if config.agent.kind is AgentKind.SINGLE:  # the multi-turn settings shape no single-shot demonstration
         unused |= {"agent", "correction_share"}
     return {"seed": s.seed, "sft_tasks": s.sft_tasks, "sft": config.model_dump(mode="json", exclude=unused)}
@@ -197,7 +199,9 @@ def demo_fingerprint(settings: EmbeddedSettings, tokenizer: Any) -> str:
 
     s, c = settings, _sft_config(settings)
     tasks = generate_tasks(min(_FINGERPRINT_TASKS, s.sft_tasks), s.seed, "train", verify=False)
-    answers, _ = demo_answers(tasks, c.noise_share, c.seed, c.noise_kinds, c.rename_share, c.locals_share)
+    answers, _ = demo_answers(
+        tasks, c.noise_share, c.seed, c.noise_kinds, c.rename_share, c.locals_share, c.wrong_share
+    )
     demos, _ = tokenize_demos(answers, tokenizer, c.max_prompt_tokens, c.max_answer_tokens)
     digest = hashlib.sha256(json.dumps(_recipe_settings(s), sort_keys=True).encode())
     for d in demos:

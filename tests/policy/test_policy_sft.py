@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import itertools
+import random
 
 import numpy as np
 import pytest
 import torch
 
 from gagar.policy.agent_format import answer_from_patch
-from gagar.policy.demos import demo_answers, split_signature, tokenize_demos
+from gagar.policy.demos import demo_answers, split_signature, tokenize_demos, wrong_fix
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.sft import (
     SFTConfig,
@@ -22,7 +23,10 @@ from gagar.policy.sft import (
     train_sft,
 )
 from gagar.policy.tokenizer import train_tokenizer
+from gagar.sandbox.base import Prediction
+from gagar.sandbox.local import LocalBackend
 from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.generate import generate_tasks
 from gagar.tasks.oracle import score_patch
 from gagar.train.loss import micro_batches
 
@@ -89,6 +93,39 @@ def test_noisy_demonstrations_are_unclean_and_share_follows_setting(tasks) -> No
     assert counts["clean"] == len(tasks)
     assert not any(a.noisy for a in none)
     assert all(score_patch(t, t.patch).clean for t in tasks)
+
+
+def test_wrong_fixes_apply_edit_the_function_to_fix_and_leave_the_bug(tasks) -> None:
+    generated = generate_tasks(4, seed=17, split="train", workers=1)
+    for task in [*tasks, *generated]:
+        patch = wrong_fix(task, random.Random(0))
+        assert patch != task.patch
+        answer = answer_from_patch(task.snapshot, patch)  # quotes the file: the answer parses
+        assert answer != answer_from_patch(task.snapshot, task.patch)
+        after = apply_diff(task.snapshot, patch)
+        assert after != apply_diff(task.snapshot, task.patch)
+    judged = LocalBackend(workers=1).evaluate(
+        [
+            (task, Prediction(instance_id=task.instance_id, model_patch=patch))
+            for task in generated
+            for patch in (task.patch, wrong_fix(task, random.Random(0)))
+        ]
+    )
+    assert [r.resolved for r in judged] == [True, False] * len(generated)
+
+
+def test_wrong_share_answers_that_share_with_wrong_fixes_and_leaves_other_streams_alone(tasks) -> None:
+    many = tasks * 30
+    answers, counts = demo_answers(many, noise_share=0.5, seed=0, wrong_share=0.3)
+    assert 0.15 < counts["wrong"] / len(many) < 0.45
+    assert not any(a.wrong and a.noisy for a in answers)
+    gold = {t.instance_id: answer_from_patch(t.snapshot, t.patch) for t in tasks}
+    assert all(a.answer != gold[a.task.instance_id] for a in answers if a.wrong)
+    before, _ = demo_answers(many, noise_share=0.5, seed=0)
+    off, _ = demo_answers(many, noise_share=0.5, seed=0, wrong_share=0.0)
+    assert off == before
+    with pytest.raises(ValueError, match="wrong_share"):
+        demo_answers(tasks, noise_share=0.5, seed=0, wrong_share=1.5)
 
 
 def test_split_signature_keeps_the_fix_and_code_but_is_not_clean(tasks) -> None:

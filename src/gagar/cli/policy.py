@@ -106,6 +106,13 @@ def sft(
         None,
         help="Share of demonstrations with unnecessary modifications (default from SFTConfig.noise_share).",
     ),
+    wrong_share: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="Share of demonstrations answering with a wrong fix, one that applies and leaves the bug "
+        "(default from SFTConfig.wrong_share).",
+    ),
     init_policy: Path | None = typer.Option(
         None,
         exists=True,
@@ -148,6 +155,7 @@ def sft(
         "batch_size": batch_size,
         "lr": lr,
         "noise_share": noise_share,
+        "wrong_share": wrong_share,
         "num_threads": threads,
         "micro_batch_tokens": micro_batch_tokens,
         "correction_share": correction_share,

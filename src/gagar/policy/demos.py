@@ -7,6 +7,10 @@ catalogue of :mod:`gagar.tasks.noise` or ``split_signature`` (:func:`split_signa
 policy's prompt shows only the function to fix, so the default kinds are the ones it can reproduce
 from that view: the catalogue's kinds that land inside the fixed function, and the split signature.
 
+A ``wrong_share`` of demonstrations answers with a wrong fix instead (:func:`wrong_fix`): an edit of the
+function to fix that quotes the file, applies and leaves the bug, so a start can write answers that
+parse and fail, as a pre-RL policy does.
+
 Shares of demonstrations are augmented with fresh names the model cannot have seen
 (:mod:`gagar.policy.augment`): ``rename_share`` moves the task to a randomly named package,
 ``locals_share`` renames the parameters and locals of the function the fix touches. Both make copying
@@ -16,6 +20,7 @@ from the prompt the only way to predict the path and the SEARCH text.
 from __future__ import annotations
 
 import ast
+import difflib
 import random
 import re
 from collections import Counter
@@ -29,6 +34,7 @@ from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.augment import package_of, random_package_name, rename_locals, rename_package
 from gagar.schema.task import Task
 from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.mutate import find_mutations
 from gagar.tasks.oracle import touched_function
 from gagar.tasks.scopes import function_named
 
@@ -41,6 +47,7 @@ __all__ = [
     "noisy_patch",
     "split_signature",
     "tokenize_demos",
+    "wrong_fix",
 ]
 
 SPLIT_SIGNATURE = "split_signature"
@@ -99,6 +106,36 @@ def noisy_patch(task: Task, kind: str, rng: random.Random) -> str:
     return add_noise(task, task.patch, [kind], rng)
 
 
+def wrong_fix(task: Task, rng: random.Random) -> str:
+    """A patch that edits the function the gold patch fixes and leaves the bug: one AST mutation
+    (:func:`gagar.tasks.mutate.find_mutations`) of the unfixed function, on a line the gold patch
+    changes where one exists, never the gold fix itself. It quotes the file and applies; whether it
+    fails the tests is not checked here (an equivalent mutant may pass).
+
+    Raises:
+        ValueError: no bundled snapshot, the fix touches no function, or nothing in it can be mutated.
+    """
+    if task.snapshot is None:
+        raise ValueError(f"{task.instance_id}: no bundled snapshot")
+    path, qualname = touched_function(task.snapshot, task.patch)
+    text = task.snapshot[path]
+    span = function_named(text, qualname)
+    if span is None:
+        raise ValueError(f"{path}:{qualname} is not a function")
+    fixed = apply_diff(task.snapshot, task.patch)[path]
+    in_function = set(range(span.node.lineno, (span.node.end_lineno or span.node.lineno) + 1))
+    mutants = [m for m in find_mutations(text, in_function) if m.apply(text) != fixed]
+    if not mutants:
+        raise ValueError(f"{path}:{qualname}: nothing to mutate")
+    matcher = difflib.SequenceMatcher(a=text.splitlines(), b=fixed.splitlines(), autojunk=False)
+    fixed_lines = {
+        line + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for line in range(i1, i2)
+    }
+    on_the_bug = [m for m in mutants if m.line in fixed_lines]
+    mutant = rng.choice(on_the_bug or mutants)
+    return make_diff(task.snapshot, {**task.snapshot, path: mutant.apply(text)})
+
+
 @dataclass(frozen=True)
 class DemoAnswer:
     """The answer text a demonstration teaches for one task."""
@@ -106,6 +143,8 @@ class DemoAnswer:
     task: Task
     answer: str
     noisy: bool
+    wrong: bool = False
+    """The answer is a wrong fix (:func:`wrong_fix`)."""
 
 
 @dataclass(frozen=True)
@@ -128,13 +167,16 @@ def demo_answers(
     noise_kinds: Sequence[str] = DEFAULT_NOISE_KINDS,
     rename_share: float = 0.0,
     locals_share: float = 0.0,
+    wrong_share: float = 0.0,
 ) -> tuple[list[DemoAnswer], Counter[str]]:
     """One answer per task: the gold patch, or with probability ``noise_share`` the gold patch plus one
-    unnecessary modification of a kind drawn uniformly from ``noise_kinds``. With probability
+    unnecessary modification of a kind drawn uniformly from ``noise_kinds``; with probability
+    ``wrong_share``, drawn first, a wrong fix instead (:func:`wrong_fix`). With probability
     ``rename_share`` the task is first moved to a randomly named package (:func:`rename_package`), and
     with probability ``locals_share`` its fixed function's locals get random names (:func:`rename_locals`).
 
-    Returns the answers and a count of what happened (``clean``, ``noisy``, ``renamed``, ``locals_renamed``,
+    Returns the answers and a count of what happened (``clean``, ``noisy``, ``wrong``, ``renamed``,
+    ``locals_renamed``; ``wrong_failed``: nothing to mutate, the task is answered as without it;
     ``noise_failed``: the catalogue found nothing to add, the clean answer is used; ``skipped``: no
     answer could be built).
     """
@@ -142,6 +184,7 @@ def demo_answers(
         ("noise_share", noise_share),
         ("rename_share", rename_share),
         ("locals_share", locals_share),
+        ("wrong_share", wrong_share),
     ):
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {share}")
@@ -163,8 +206,13 @@ def demo_answers(
                 counts["locals_renamed"] += 1
             except ValueError:
                 counts["locals_failed"] += 1
-        patch, noisy = task.patch, False
-        if rng.random() < noise_share:
+        patch, noisy, wrong = task.patch, False, False
+        if wrong_share and rng.random() < wrong_share:  # no draw when off: earlier streams stay the same
+            try:
+                patch, wrong = wrong_fix(task, rng), True
+            except ValueError:
+                counts["wrong_failed"] += 1
+        if not wrong and rng.random() < noise_share:
             try:
                 patch, noisy = noisy_patch(task, rng.choice(noise_kinds), rng), True
             except ValueError:
@@ -174,8 +222,8 @@ def demo_answers(
         except ValueError:
             counts["skipped"] += 1
             continue
-        counts["noisy" if noisy else "clean"] += 1
-        out.append(DemoAnswer(task, answer, noisy))
+        counts["wrong" if wrong else "noisy" if noisy else "clean"] += 1
+        out.append(DemoAnswer(task, answer, noisy, wrong))
     return out, counts
 
 

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from gagar.policy.agent import SFT_CONFIG_FILE, AgentSettings
+from gagar.policy.agent import SFT_CONFIG_FILE, AgentKind, AgentSettings
 from gagar.policy.demos import DEFAULT_NOISE_KINDS, Demonstration, demo_answers
 from gagar.policy.model import ModelSize, build_model, load_policy, save_policy
 from gagar.policy.rollout import agent_for
@@ -111,6 +111,9 @@ class SFTConfig(BaseModel):
     """Share of demonstrations moved to a randomly named package (see :mod:`gagar.policy.augment`)."""
     locals_share: float = Field(default=0.0, ge=0.0, le=1.0)
     """Share of demonstrations whose fixed function's parameters and locals get random names."""
+    wrong_share: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Share of demonstrations answering with a wrong fix (:func:`gagar.policy.demos.wrong_fix`): a start
+    that writes answers which parse and fail (single-answer agent only)."""
     noise_kinds: list[str] = Field(default_factory=lambda: list(DEFAULT_NOISE_KINDS))
     """Kinds a noisy demonstration draws one of: ``split_signature`` or catalogue kinds
     (:class:`gagar.tasks.noise.NoiseKind`); see :data:`gagar.policy.demos.DEFAULT_NOISE_KINDS`."""
@@ -140,6 +143,8 @@ class SFTConfig(BaseModel):
     def _lora_needs_a_base(self) -> SFTConfig:
         if self.lora.enabled and self.init_policy is None:
             raise ValueError("lora.enabled fine-tunes a pretrained model: set init_policy too")
+        if self.wrong_share and self.agent.kind is not AgentKind.SINGLE:
+            raise ValueError(f"wrong_share builds single answers; the {self.agent.kind.value} agent has none")
         return self
 
     @classmethod
@@ -346,8 +351,9 @@ def _prepare(
 ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, list[Demonstration], dict[str, int]]:
     """Tokenizer, fresh model and tokenized demonstrations (the tokenizer is reused on resume)."""
     answers, counts = demo_answers(
-        tasks, config.noise_share, config.seed, config.noise_kinds, config.rename_share, config.locals_share
-    )
+        tasks, config.noise_share, config.seed, config.noise_kinds, config.rename_share, config.locals_share,
+        config.wrong_share,
+    )  # fmt: skip
     if not answers:
         raise ValueError(f"no demonstration could be built from {len(tasks)} tasks ({dict(counts)})")
     if config.init_policy is not None:
