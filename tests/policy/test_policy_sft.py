@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import random
 
 import numpy as np
@@ -126,6 +127,15 @@ def test_wrong_share_answers_that_share_with_wrong_fixes_and_leaves_other_stream
     assert off == before
     with pytest.raises(ValueError, match="wrong_share"):
         demo_answers(tasks, noise_share=0.5, seed=0, wrong_share=1.5)
+
+
+def test_a_run_records_what_its_demonstrations_are(tasks, tmp_path) -> None:
+    config = SFTConfig(steps=2, wrong_share=0.5, micro_batch_tokens=64, **TINY)  # micro-batched steps too
+    result = train_sft(tasks * 4, tmp_path, config, progress=False)
+    recorded = json.loads((tmp_path / "sft_metrics.json").read_text())["demo_counts"]
+    assert recorded == result.demo_counts
+    assert result.demo_counts["wrong"] + result.demo_counts["noisy"] + result.demo_counts["clean"] == 12
+    assert result.demo_counts["wrong"] > 0
 
 
 def test_split_signature_keeps_the_fix_and_code_but_is_not_clean(tasks) -> None:

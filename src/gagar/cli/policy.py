@@ -183,9 +183,11 @@ def sft(
         chosen["lora"] = preset.lora.model_copy(update=lora_given)
         config = SFTConfig.fine_tune(str(init_policy), seed=seed, **chosen)
     result = train_sft(read_records(tasks, Task), out, config, resume=resume)
+    wrong = result.demo_counts.get("wrong", 0)
     typer.echo(
-        f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy; "
-        f"final loss {result.losses[-1]:.3f}; {result.seconds:.0f} s)"
+        f"saved {out} ({result.n_demos} demonstrations, {result.n_noisy} noisy"
+        + (f", {wrong} wrong" if wrong else "")
+        + f"; final loss {result.losses[-1]:.3f}; {result.seconds:.0f} s)"
     )
 
 

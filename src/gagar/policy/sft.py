@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,8 @@ class SFTResult:
     n_noisy: int
     seconds: float
     """Wall time of this invocation (training and data preparation)."""
+    demo_counts: dict[str, int] = field(default_factory=dict)
+    """What building the demonstrations did (``clean``, ``noisy``, ``wrong``, ...: :func:`demo_answers`)."""
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -461,14 +463,14 @@ def run_sft(
         seen_tokens += sum(lengths[i] for i in picks)
         runs = micro_batches([lengths[i] for i in picks], config.micro_batch_tokens)
         batches = [collate([demos[picks[j]] for j in run], pad) for run in runs]
-        counts = None  # one pass: its own means
+        totals = None  # one pass: its own means
         if len(batches) > 1:  # token counts add up over rows
             answers, prompts = zip(*(token_counts(b) for b in batches), strict=True)
-            counts = (sum(answers), sum(prompts))
+            totals = (sum(answers), sum(prompts))
         optimizer.zero_grad(set_to_none=True)
         answer_loss = 0.0
         for batch in batches:
-            loss, answer_part = sft_loss(model, batch, config.prompt_loss_weight, counts)
+            loss, answer_part = sft_loss(model, batch, config.prompt_loss_weight, totals)
             loss.backward()
             answer_loss += answer_part.item()
         torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
@@ -481,7 +483,7 @@ def run_sft(
         if stopping:
             bar.close()
             return SFTResult(
-                out, losses, len(demos), sum(d.noisy for d in demos), time.perf_counter() - started
+                out, losses, len(demos), sum(d.noisy for d in demos), time.perf_counter() - started, counts
             )
     model.eval()
     if config.lora.enabled:
@@ -503,4 +505,4 @@ def run_sft(
         "tokens_per_s": seen_tokens / max(1e-9, time.perf_counter() - loop_start),
     }
     atomic_write_text(out / METRICS_FILE, json.dumps(metrics, indent=2))
-    return SFTResult(out, losses, len(demos), n_noisy, metrics["seconds"])
+    return SFTResult(out, losses, len(demos), n_noisy, metrics["seconds"], counts)
