@@ -20,7 +20,6 @@ from the prompt the only way to predict the path and the SEARCH text.
 from __future__ import annotations
 
 import ast
-import difflib
 import random
 import re
 from collections import Counter
@@ -33,7 +32,7 @@ from gagar import pyast
 from gagar.policy.agent_format import answer_from_patch, build_prompt
 from gagar.policy.augment import package_of, random_package_name, rename_locals, rename_package
 from gagar.schema.task import Task
-from gagar.tasks.diffs import apply_diff, make_diff
+from gagar.tasks.diffs import apply_diff, changed_lines, make_diff
 from gagar.tasks.mutate import find_mutations
 from gagar.tasks.oracle import touched_function
 from gagar.tasks.scopes import function_named
@@ -127,10 +126,7 @@ def wrong_fix(task: Task, rng: random.Random) -> str:
     mutants = [m for m in find_mutations(text, in_function) if m.apply(text) != fixed]
     if not mutants:
         raise ValueError(f"{path}:{qualname}: nothing to mutate")
-    matcher = difflib.SequenceMatcher(a=text.splitlines(), b=fixed.splitlines(), autojunk=False)
-    fixed_lines = {
-        line + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal" for line in range(i1, i2)
-    }
+    fixed_lines = set(changed_lines(text, fixed)[0])
     on_the_bug = [m for m in mutants if m.line in fixed_lines]
     mutant = rng.choice(on_the_bug or mutants)
     return make_diff(task.snapshot, {**task.snapshot, path: mutant.apply(text)})
