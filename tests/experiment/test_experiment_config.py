@@ -45,6 +45,21 @@ def test_each_run_gets_the_shared_train_settings_and_its_arms_estimator(tmp_path
     assert grpo.rollout.group_size == 4
 
 
+def test_an_arms_own_train_settings_are_merged_over_the_shared_ones_for_its_runs_only(tmp_path):
+    shared = {"advantage": {"decay": "linear", "gamma": 0.7}, "rollout": {"group_size": 4}}
+    arms = [
+        {"name": "grpo", "algo": "grpo"},
+        {"name": "sharp", "algo": "gagar", "grader": "heuristic", "train": {"advantage": {"gamma": 0.25}}},
+    ]
+    config = load_experiment_config(_write(tmp_path, train=shared, arms=arms))
+    sharp = config.train_config(config.arms[1], 0, grader_model=None)
+    assert (sharp.advantage.decay, sharp.advantage.gamma, sharp.rollout.group_size) == ("linear", 0.25, 4)
+    assert sharp.advantage.algo is Estimator.GAGAR
+    grpo = config.train_config(config.arms[0], 0, grader_model=None)
+    assert (grpo.advantage.decay, grpo.advantage.gamma) == ("linear", 0.7)
+    assert config.train == shared  # the shared settings are not changed by the merge
+
+
 def test_an_llm_grader_arm_passes_its_endpoint_to_the_trainer(tmp_path):
     arm = {"name": "gagar-llm", "algo": "gagar", "grader": "llm", "grader_endpoint": "http://127.0.0.1:9/v1"}
     config = load_experiment_config(_write(tmp_path, arms=[{"name": "grpo", "algo": "grpo"}, arm]))
@@ -87,6 +102,15 @@ def test_the_repository_config_loads():
         (
             {"arms": [{"name": "h", "algo": "gagar", "grader": "heuristic", "grader_endpoint": "http://x"}]},
             r"grader_endpoint is only for the llm grader",
+        ),
+        (
+            {"arms": [{"name": "a", "algo": "grpo", "train": {"advantage": {"algo": "gagar"}}}]},
+            r"arm 'a': train: advantage.algo are set by the experiment",
+        ),
+        ({"arms": [{"name": "a", "algo": "grpo", "train": {"seed": 3}}]}, r"arm 'a': train: seed are set"),
+        (
+            {"arms": [{"name": "a", "algo": "grpo", "train": {"advantage": {"gama": 0.2}}}]},
+            r"arm 'a': invalid train settings: advantage.gama",
         ),
         ({"greedy_eval": {"every": 0}}, r"greedy_eval.every"),
         ({"surprise": 1}, r"surprise"),

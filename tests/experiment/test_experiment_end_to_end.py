@@ -156,3 +156,28 @@ def test_a_rerun_with_other_run_settings_is_refused(experiment):
     config = load_experiment_config(experiment["config"], {"steps": 3})
     with pytest.raises(ValueError, match=r"other settings \(steps differ\)"):
         run_experiment(config, command="changed", progress=False)
+
+
+def test_a_rerun_may_add_an_arm_but_not_change_one_it_keeps(experiment):
+    arms = [
+        {"name": "grpo", "algo": "grpo"},
+        {
+            "name": "gagar-learned",
+            "algo": "gagar",
+            "grader": "learned",
+            "train": {"advantage": {"gamma": 0.25}},
+        },
+    ]
+    config = load_experiment_config(experiment["config"], {"arms": arms})
+    with pytest.raises(ValueError, match=r"other settings \(arm 'gagar-learned' differ\)"):
+        run_experiment(config, command="changed arm", progress=False)
+
+    recorded = experiment["out"] / "config.json"
+    written_before = json.loads(recorded.read_text())
+    for arm in written_before["arms"]:
+        arm.pop("train")  # as a version without per-arm settings wrote it
+    recorded.write_text(json.dumps(written_before))
+    kept = load_experiment_config(experiment["config"])
+    before = len(_timing(experiment["out"]))
+    run_experiment(kept, command="an older record", progress=False)
+    assert len(_timing(experiment["out"])) == before  # the same arms, nothing redone

@@ -114,6 +114,14 @@ def test_the_markdown_has_the_table_the_paired_table_the_check_and_a_blank_verdi
     assert text.rstrip().endswith("_To be written by a person after reading the numbers above._")
 
 
+def test_the_report_names_the_settings_an_arm_changes_for_its_own_runs():
+    results = _results([(0.42, 0.30, 1.1), (0.49, 0.41, 1.2), (0.31, 0.25, 1.0)])
+    results.config["arms"][1]["train"] = {"advantage": {"gamma": 0.25}}
+    text = render_report(results, {})
+    assert 'Arm `gagar-heuristic` also: `{"advantage": {"gamma": 0.25}}`.' in text
+    assert "Arm `grpo` also" not in text
+
+
 def test_greedy_evaluations_give_the_last_update_table_and_curves_from_the_shared_start():
     from gagar.experiment.report import greedy_curves
 

@@ -1,8 +1,10 @@
 """The GRPO-vs-GAGAR experiment's settings (issue #8), read from a YAML file like ``configs/experiment.yaml``.
 
 Every arm trains from the same SFT checkpoint on the same tasks, seeds and number of steps; only the
-advantage estimator and the grader differ. ``train`` passes any other :class:`~gagar.train.config.TrainConfig`
-setting (rollout, sandbox, optim, the advantage's decay ...) through to every run unchanged.
+advantage estimator, the grader and the arm's own ``train`` settings differ. ``train`` passes any other
+:class:`~gagar.train.config.TrainConfig` setting (rollout, sandbox, optim, the advantage's decay ...)
+through to every run; an arm's own ``train`` is merged over it, section by section, for that arm's runs
+(an ablation of ``advantage.gamma``, say).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class ArmConfig(_Section):
     """Learned grader directory; None lets the harness train one on the training tasks."""
     grader_endpoint: str | None = None
     """The llm grader's OpenAI-compatible base URL (``gagar serve grader --model DIR`` prints it)."""
+    train: dict[str, Any] = Field(default_factory=dict)
+    """This arm's own TrainConfig settings, merged over the experiment's ``train`` section by section
+    (``{advantage: {gamma: 0.25}}`` changes the decay ratio and keeps the shared decay)."""
 
     @model_validator(mode="after")
     def _grader_matches_algo(self) -> ArmConfig:
@@ -174,11 +179,10 @@ class ExperimentConfig(_Section):
         names = [a.name for a in self.arms]
         if len(set(names)) != len(names) or "sft" in names:
             raise ValueError(f"arm names must be distinct and not 'sft' (the baseline row), got {names}")
-        reserved = [k for k in _RESERVED_TRAIN_KEYS if k in self.train]
-        if "algo" in (self.train.get("advantage") or {}):
-            reserved.append("advantage.algo")
-        if reserved:
-            raise ValueError(f"train: {', '.join(reserved)} are set by the experiment per arm and seed")
+        sections = [("train", self.train)] + [(f"arm {a.name!r}: train", a.train) for a in self.arms]
+        for where, train in sections:
+            if reserved := _reserved_keys(train):
+                raise ValueError(f"{where}: {', '.join(reserved)} are set by the experiment per arm and seed")
         for arm in self.arms:  # refuse a bad training setting now, not after hours of other runs
             self.train_config(arm, self.seeds[0], grader_model=arm.grader_model or Path("grader"))
         return self
@@ -225,14 +229,15 @@ class ExperimentConfig(_Section):
         Raises:
             ValueError: a ``train`` setting TrainConfig refuses, naming it.
         """
-        advantage = {**(self.train.get("advantage") or {}), "algo": arm.algo.value}
+        train = _merged(self.train, arm.train)
+        advantage = {**(train.get("advantage") or {}), "algo": arm.algo.value}
         grader = {
             "kind": (arm.grader or GraderKind.HEURISTIC).value,
             "model": grader_model,
             "endpoint": arm.grader_endpoint,
         }
         values = {
-            **self.train,
+            **train,
             "run_dir": self.run_dir(arm, seed),
             "tasks": self.train_tasks,
             "policy": self.policy,
@@ -246,6 +251,23 @@ class ExperimentConfig(_Section):
         except ValidationError as exc:
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"arm {arm.name!r}: invalid train settings: {problems}") from None
+
+
+def _reserved_keys(train: dict[str, Any]) -> list[str]:
+    """The settings in ``train`` that the experiment sets itself."""
+    reserved = [k for k in _RESERVED_TRAIN_KEYS if k in train]
+    if "algo" in (train.get("advantage") or {}):
+        reserved.append("advantage.algo")
+    return reserved
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``; where both hold a mapping under a key, merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _merged(out[key], value) if both else value
+    return out
 
 
 def _resolve_paths(values: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gagar.experiment.config import ArmConfig, ExperimentConfig
 from gagar.experiment.evaluation import (
@@ -59,7 +59,8 @@ CONFIG = "config.json"
 SESSIONS = "sessions.jsonl"
 TIMING = "timing.jsonl"
 _MAY_CHANGE = ("seeds", "arms", "out_dir")
-"""Settings a rerun may change without invalidating the runs already made."""
+"""Settings a rerun may change without invalidating the runs already made (arms may be added or
+left out; an arm kept under its name keeps its settings)."""
 
 
 class Session(BaseModel):
@@ -110,6 +111,12 @@ def _check_and_record_config(config: ExperimentConfig) -> None:
             for k in current.keys() | before.keys()
             if k not in _MAY_CHANGE and current.get(k) != before.get(k)
         )
+        arms_before = {arm["name"]: _arm_as_now(arm) for arm in before.get("arms", [])}
+        changed += [
+            f"arm {arm['name']!r}"
+            for arm in current["arms"]
+            if arm["name"] in arms_before and arms_before[arm["name"]] != arm
+        ]
         if changed:
             raise ValueError(
                 f"{config.out_dir} holds runs made with other settings ({', '.join(changed)} differ): "
@@ -117,6 +124,15 @@ def _check_and_record_config(config: ExperimentConfig) -> None:
             )
     config.out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(current, indent=1, sort_keys=True))
+
+
+def _arm_as_now(recorded: dict[str, Any]) -> dict[str, Any] | None:
+    """A recorded arm as this version writes it (settings added since take their defaults); None
+    when this version refuses it."""
+    try:
+        return json.loads(ArmConfig.model_validate(recorded).model_dump_json())
+    except ValidationError:
+        return None
 
 
 def check_disjoint_repositories(config: ExperimentConfig) -> None:

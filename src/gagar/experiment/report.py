@@ -510,7 +510,12 @@ def render_report(results: ExperimentResults, plots: Mapping[str, str]) -> str:
         f"Arms {', '.join(results.arms)}; seeds {c['seeds']}; {c['steps']} RL steps each. Held-out "
         f"evaluation: {ev['samples_per_task']} answers per task at temperature {ev['temperature']}, "
         f"at most {ev['max_new_tokens']} new tokens. Training settings passed to every run: "
-        f"`{json.dumps(c['train'], sort_keys=True)}`.",
+        f"`{json.dumps(c['train'], sort_keys=True)}`."
+        + "".join(
+            f" Arm `{a['name']}` also: `{json.dumps(a['train'], sort_keys=True)}`."
+            for a in c["arms"]
+            if a.get("train")
+        ),
         "",
         "## How it was run",
         "",
