@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gagar.grader import tools
 from gagar.grader.base import Ranking
 from gagar.grader.heuristic import HeuristicGrader
 from gagar.grader.kendall import kendall_tau_b
@@ -15,16 +16,20 @@ from gagar.grader.sft import (
     HELD_OUT_KINDS,
     KIND_SETS,
     TRAINING_KINDS,
+    LabelledGroup,
     evaluate,
     load_labelled_groups,
     misleading_groups,
     noise_groups,
+    reached_scopes,
     with_hacks,
 )
-from gagar.grader.workspace import GroupWorkspace
+from gagar.grader.workspace import CandidateInput, GroupWorkspace
 from gagar.records import write_records
+from gagar.schema.task import Task
+from gagar.tasks.diffs import make_diff
 from gagar.tasks.generate import generate_task
-from gagar.tasks.noise import NOISE_KINDS, NoiseKind
+from gagar.tasks.noise import NOISE_KINDS, Elsewhere, NoiseKind, NoiseNotApplicable, add_noise
 from gagar.tasks.oracle import score_patch
 
 GROUPS = noise_groups([generate_task(i, 41, "heldout", verify=False) for i in range(3)], groups_per_task=1)
@@ -120,3 +125,92 @@ def test_the_heuristic_is_not_fooled_where_size_misleads() -> None:
     groups = misleading_groups(MISLEADING_TASKS, groups_per_task=2, seed=3)
     heuristic = evaluate(HeuristicGrader(), groups, reverse_check=False)
     assert heuristic.kendall_tau >= 0.9  # it weighs lines out of scope, extra files and lint, not size alone
+
+
+_SHOP = {
+    "shop/__init__.py": "",
+    "shop/prices.py": (
+        "def unit_price(price, qty):\n"
+        "    return price - qty\n"
+        "\n\n"
+        "def total(items):\n"
+        "    result = 0\n"
+        "    for price, qty in items:\n"
+        "        result += unit_price(price, qty)\n"
+        "    return result\n"
+        "\n\n"
+        "def describe(name, price):\n"
+        "    label = name.title()\n"
+        '    return f"{label}: {price}"\n'
+    ),
+    "tests/test_prices.py": (
+        "from shop.prices import total\n\n\ndef test_total():\n    assert total([(2, 3)]) == 6\n"
+    ),
+}
+SHOP_TASK = Task(
+    instance_id="demo__shop-1",
+    repo="demo/shop",
+    snapshot=_SHOP,
+    problem_statement="total is wrong",
+    patch=make_diff(
+        _SHOP, {**_SHOP, "shop/prices.py": _SHOP["shop/prices.py"].replace("price - qty", "price * qty")}
+    ),
+    FAIL_TO_PASS=["tests/test_prices.py::test_total"],
+)
+"""A bug in a helper its failing test reaches through a caller: ``total`` is on the failing path, ``describe``
+is not."""
+
+
+def test_reached_scopes_follow_the_failing_test_through_its_callers() -> None:
+    assert reached_scopes(SHOP_TASK) == {"shop/prices.py:total", "shop/prices.py:unit_price"}
+
+
+def test_edits_elsewhere_can_be_kept_on_the_failing_path() -> None:
+    off_path = set()
+    for seed in range(6):
+        groups = misleading_groups(
+            [SHOP_TASK], 1, seed=seed, kinds=tuple(NOISE_KINDS), elsewhere=Elsewhere.REACHED
+        )
+        noise = noise_groups([SHOP_TASK], 1, seed=seed, elsewhere=Elsewhere.REACHED)
+        for group in [*groups, *noise]:
+            for c in group.candidates:
+                q = score_patch(SHOP_TASK, c.patch)
+                assert "shop/prices.py:describe" not in q.outside_scopes
+                off_path |= set(q.outside_scopes)
+    assert "shop/prices.py:total" in off_path  # the caller on the failing path took edits
+    anywhere = {
+        s
+        for seed in range(6)
+        for g in noise_groups([SHOP_TASK], 1, seed=seed)
+        for c in g.candidates
+        for s in score_patch(SHOP_TASK, c.patch).outside_scopes
+    }
+    assert "shop/prices.py:describe" in anywhere  # by default any function outside the fix
+
+
+def test_the_group_core_shows_the_heuristic_edits_spread_along_the_failing_path(tmp_path: Path) -> None:
+    spread = add_noise(
+        SHOP_TASK, SHOP_TASK.patch, [NoiseKind.DEFENSIVE_CHECK], elsewhere={"shop/prices.py:total"}
+    )
+    aside = add_noise(
+        SHOP_TASK, SHOP_TASK.patch, [NoiseKind.DEFENSIVE_CHECK], elsewhere={"shop/prices.py:describe"}
+    )
+    assert (
+        score_patch(SHOP_TASK, spread).quality == score_patch(SHOP_TASK, aside).quality
+    )  # both outside the fix
+    candidates = {"gold": SHOP_TASK.patch, "spread": spread, "aside": aside}
+    group = LabelledGroup(
+        "g", SHOP_TASK, [CandidateInput(t, p) for t, p in candidates.items()], dict.fromkeys(candidates, 1.0)
+    )
+    ws = group.workspace(tmp_path)
+    assert tools.group_core(ws) == ["shop/prices.py:unit_price"]
+    reach = tools.out_of_scope_edits(ws, "spread")
+    assert reach.exercised_functions == 2  # the failing test reaches total too
+    assert reach.out_of_scope == ["shop/prices.py:total"]
+    scores = HeuristicGrader().rank(ws, list(candidates)).scores
+    assert scores["gold"] > scores["spread"] == scores["aside"]
+
+
+def test_no_function_on_the_failing_path_outside_the_fix_is_named() -> None:
+    with pytest.raises(NoiseNotApplicable, match="among those allowed"):
+        add_noise(SHOP_TASK, SHOP_TASK.patch, [NoiseKind.COMMENT], elsewhere=set())

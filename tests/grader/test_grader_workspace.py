@@ -65,6 +65,7 @@ def test_functions_touched_and_scope(ws: GroupWorkspace) -> None:
     assert tools.functions_touched(ws, "gold") == ["pkg/calc.py:add"]
     assert tools.functions_touched(ws, "wide") == ["pkg/calc.py:add", "pkg/fmt.py:show"]
     gold = tools.out_of_scope_edits(ws, "gold")
+    assert gold.core == ["pkg/calc.py:add"]  # every passing candidate fixes add; only wide edits show
     assert (gold.lines_in_scope, gold.lines_out_of_scope) == (2, 0)
     assert gold.exercised_functions == 1  # add; scale is reached only by the passing test
     wide = tools.out_of_scope_edits(ws, "wide")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import itertools
 import os
 import random
@@ -14,6 +15,7 @@ from gagar.sandbox.base import Prediction
 from gagar.sandbox.limits import SandboxLimits
 from gagar.sandbox.local import LocalBackend, LocalSandboxSettings
 from gagar.schema.task import Task
+from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.generate import generate_task
 from gagar.tasks.noise import NoiseKind, NoiseNotApplicable, add_noise
 from gagar.tasks.oracle import score_patch
@@ -85,3 +87,45 @@ def test_grader_training_groups_can_vary_in_size_like_rollout_groups() -> None:
     assert all(len(set(g.labels.values())) == len(g.candidates) for g in varied)  # every level distinct
     with pytest.raises(ValueError, match="min_size"):
         noise_groups(TASKS, min_size=1)
+
+
+_VERSION = {
+    "semverish/__init__.py": "",
+    "semverish/version.py": (
+        "class Version:\n"
+        "    def __init__(self, major):\n"
+        "        self.major = major\n"
+        "\n"
+        "    def compare(self, other):\n"
+        "        return (self.major < other.major) - (self.major > other.major)\n"
+    ),
+    "tests/test_version.py": (
+        "from semverish.version import Version\n\n\n"
+        "def test_compare():\n    assert Version(2).compare(Version(1)) == 1\n"
+    ),
+}
+
+
+def test_kinds_acting_on_a_method_leave_every_file_parsing() -> None:
+    fixed = _VERSION["semverish/version.py"].replace(
+        "(self.major < other.major) - (self.major > other.major)",
+        "(self.major > other.major) - (self.major < other.major)",
+    )
+    task = Task(
+        instance_id="demo__semverish-1",
+        repo="demo/semverish",
+        snapshot=_VERSION,
+        problem_statement="compare is reversed",
+        patch=make_diff(_VERSION, {**_VERSION, "semverish/version.py": fixed}),
+        FAIL_TO_PASS=["tests/test_version.py::test_compare"],
+    )
+    for kind in NoiseKind:
+        try:
+            patch = add_noise(task, task.patch, [kind, kind], rng=0)
+        except NoiseNotApplicable:
+            continue
+        for path, text in apply_diff(task.snapshot, patch).items():  # type: ignore[arg-type]
+            if path.endswith(".py"):
+                ast.parse(text)  # a method's unused copy lands at module level, dedented
+    copy = add_noise(task, task.patch, [NoiseKind.DEAD_CODE], rng=0)
+    assert "+def _old_compare(self, other):" in copy

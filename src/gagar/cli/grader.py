@@ -11,6 +11,7 @@ from gagar.cli.core import GagarGroup
 from gagar.grader.llm import GROUP_TIMEOUT_S
 from gagar.grader.llm_client import MAX_TOKENS
 from gagar.grader.run import GraderKind
+from gagar.tasks.noise import Elsewhere
 
 __all__ = ["app", "grade"]
 
@@ -29,6 +30,10 @@ class KindSet(StrEnum):
     HELD_OUT = "held-out"
 
 
+_ELSEWHERE_HELP = (
+    "Where the kinds that edit outside the fix put their edits: anywhere (any function the fix does not "
+    "touch) or reached (only functions the failing tests reach, a change spread along their path)."
+)
 _KINDS_HELP = (
     "Catalogue kinds the noise groups draw from: all, training (all but the held-out ones) or held-out "
     "(duplicated_logic, unused_import, defensive_check)."
@@ -67,6 +72,7 @@ def sft(
         "1, llm 0: the LLM teacher scores size).",
     ),
     kinds: KindSet = typer.Option(KindSet.ALL, help=_KINDS_HELP),
+    elsewhere: Elsewhere = typer.Option(Elsewhere.ANYWHERE, help=_ELSEWHERE_HELP),
     min_candidates: int | None = typer.Option(
         None, min=2, max=16, help="Smallest noise group (default: llm 2, learned --max-candidates)."
     ),
@@ -115,7 +121,7 @@ def sft(
             raise ValueError(f"--min-candidates {smallest} exceeds --max-candidates {largest}")
         groups = load_labelled_groups(
             tasks, trajectories, results, judgements, groups_per_task, seed, smallest, largest,
-            misleading, KIND_SETS[kinds],
+            misleading, KIND_SETS[kinds], elsewhere,
         )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -169,6 +175,7 @@ def eval_(
         0, min=0, help="Groups per task where size misleads (a larger patch is the better one)."
     ),
     kinds: KindSet = typer.Option(KindSet.ALL, help=_KINDS_HELP),
+    elsewhere: Elsewhere = typer.Option(Elsewhere.ANYWHERE, help=_ELSEWHERE_HELP),
     hack_share: float = typer.Option(0.3, min=0.0, max=1.0, help="Share of groups given a hack candidate."),
     min_candidates: int | None = typer.Option(
         None, min=2, max=16, help="Smallest noise group; each draws min..max candidates (default: max each)."
@@ -194,7 +201,7 @@ def eval_(
     try:
         groups = load_labelled_groups(
             tasks, trajectories, results, judgements, groups_per_task, seed, min_candidates, max_candidates,
-            misleading_per_task, KIND_SETS[kinds],
+            misleading_per_task, KIND_SETS[kinds], elsewhere,
         )  # fmt: skip
         chosen = make_grader(
             grader, model_dir=grader_model, endpoint=endpoint, model=model, api=api,  # type: ignore[arg-type]

@@ -6,12 +6,14 @@ stands in for the unknown gold patch)::
     penalty = lines out of scope + 2 * (files - fewest files) + 0.5 * (size - smallest size)
               + 0.5 * lint findings added + 0.5 * style findings added
 
-and the score ``1 / (1 + penalty)``; equal scores are tied. Style findings are the ``style_findings``
-tool's (commented-out code, debug prints, unused imports, uncalled private functions): ruff's default
-rules see no commented-out code, the commonest of them in policy rollouts, so a patch that leaves the
-old line commented out above its fix would otherwise tie with the clean fix. The final patch is what is
-ranked; a multi-turn candidate's evidence also says how it got there (turns, test runs, edits
-reverted).
+and the score ``1 / (1 + penalty)``; equal scores are tied. A line is out of scope when the failing tests
+do not reach its function, or when most of the group's passing candidates leave its function alone
+(``out_of_scope_edits``): on a real library the tests reach far more code than the fix needs. Style
+findings are the ``style_findings`` tool's (commented-out code, debug prints, unused imports, uncalled
+private functions): ruff's default rules see no commented-out code, the commonest of them in policy
+rollouts, so a patch that leaves the old line commented out above its fix would otherwise tie with the
+clean fix. The final patch is what is ranked; a multi-turn candidate's evidence also says how it got
+there (turns, test runs, edits reverted).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class HeuristicGrader:
     """Rules over the tool outputs; deterministic and independent of the candidates' order."""
 
     name = "heuristic"
-    version = "2"
-    """2: style findings count (1 saw lint only)."""
+    version = "3"
+    """3: lines off the group's core count as out of scope; 2: style findings count (1 saw lint only)."""
     concurrency = 1
     max_candidates = None
 

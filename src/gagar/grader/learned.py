@@ -29,7 +29,8 @@ from gagar.schema.grade import ranking_from_scores
 
 __all__ = ["LearnedGrader", "ScorerConfig", "TrainingGroup", "load_scorer", "save_scorer", "train_scorer"]
 
-VERSION = "1"
+VERSION = "2"
+"""2: ``lines_out_of_scope`` counts lines off the group's core too (:func:`gagar.grader.tools.group_core`)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from gagar.grader.addressed import INJECTIONS, inject
 from gagar.grader.addressed import KIND as ADDRESSED
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
+from gagar.grader.exercised import exercised_scopes
 from gagar.grader.features import group_features
 from gagar.grader.kendall import (
     kendall_tau_b,
@@ -41,7 +42,15 @@ from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
-from gagar.tasks.noise import NOISE_KINDS, NoiseKind, NoiseNotApplicable, add_noise, introspection_hack
+from gagar.tasks.diffs import apply_diff
+from gagar.tasks.noise import (
+    NOISE_KINDS,
+    Elsewhere,
+    NoiseKind,
+    NoiseNotApplicable,
+    add_noise,
+    introspection_hack,
+)
 from gagar.tasks.oracle import score_patch
 
 __all__ = [
@@ -55,6 +64,7 @@ __all__ = [
     "load_labelled_groups",
     "misleading_groups",
     "noise_groups",
+    "reached_scopes",
     "rollout_groups",
     "train_grader",
     "training_groups",
@@ -84,6 +94,7 @@ def _ladder(
     rng: random.Random,
     with_gold: bool,
     kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
+    elsewhere: frozenset[str] | None = None,
 ) -> list[str]:
     """Up to ``size`` distinct patches of strictly falling oracle total: the gold patch (``with_gold``),
     then the gold patch plus a growing, randomly ordered list of catalogue ``kinds``, each with amount 1
@@ -98,7 +109,7 @@ def _ladder(
             break
         trial = applied + [kind] * rng.choice((1, 1, 2))
         try:
-            patch = add_noise(task, task.patch, trial, rng=noise_seed)
+            patch = add_noise(task, task.patch, trial, rng=noise_seed, elsewhere=elsewhere)
         except NoiseNotApplicable:
             continue
         applied = trial
@@ -114,6 +125,7 @@ def noise_groups(
     gold_share: float = 0.7,
     min_size: int | None = None,
     kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
+    elsewhere: Elsewhere = Elsewhere.ANYWHERE,
 ) -> list[LabelledGroup]:
     """Groups of oracle-labelled catalogue candidates spanning ``size`` quality levels where the task allows:
     the gold patch (in a ``gold_share`` of groups) and variants carrying more and more unnecessary
@@ -129,7 +141,8 @@ def noise_groups(
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
             n = size if min_size is None else rng.randint(min_size, size)
-            patches = list(dict.fromkeys(_ladder(task, n, rng, rng.random() < gold_share, kinds)))
+            with_gold = rng.random() < gold_share
+            patches = list(dict.fromkeys(_ladder(task, n, rng, with_gold, kinds, _allowed(task, elsewhere))))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
@@ -151,6 +164,22 @@ KIND_SETS: dict[str, tuple[NoiseKind, ...]] = {
     "held-out": HELD_OUT_KINDS,
 }
 """The kinds noise groups may draw from, by the name ``--kinds`` takes."""
+
+
+def reached_scopes(task: Task) -> frozenset[str]:
+    """``path:qualname`` of the functions the task's FAIL_TO_PASS tests reach in its bundled files, its
+    test patch applied (see :func:`gagar.grader.exercised.exercised_scopes`)."""
+    if task.snapshot is None:
+        raise ValueError(f"task {task.instance_id}: no bundled snapshot")
+    files = apply_diff(task.snapshot, task.test_patch) if task.test_patch else dict(task.snapshot)
+    python = {p: t for p, t in files.items() if p.endswith(".py")}
+    return frozenset(exercised_scopes(python, task.FAIL_TO_PASS))
+
+
+def _allowed(task: Task, elsewhere: Elsewhere) -> frozenset[str] | None:
+    return reached_scopes(task) if elsewhere is Elsewhere.REACHED else None
+
+
 LEARNED_MISLEADING_PER_TASK = 1
 """Size-misleading groups per task in the learned scorer's training by default: with them it ranks
 held-out size-misleading groups at Kendall tau 0.74 instead of -0.13, the catalogue and real rollouts as
@@ -158,7 +187,9 @@ before (docs/results/grader-where-size-misleads.md). The LLM grader's default is
 scores size (:func:`gagar.grader.transcripts.visible_penalty`), which these groups contradict."""
 
 
-def _variants(task: Task, kinds: Sequence[NoiseKind], rng: random.Random) -> list[str]:
+def _variants(
+    task: Task, kinds: Sequence[NoiseKind], rng: random.Random, elsewhere: frozenset[str] | None = None
+) -> list[str]:
     """The gold patch, the gold patch plus each kind once and twice, and plus random pairs of kinds."""
     recipes: list[list[NoiseKind]] = [[k] * amount for k in kinds for amount in (1, 2)]
     pairs = [[a, b] for i, a in enumerate(kinds) for b in kinds[i + 1 :]]
@@ -167,7 +198,7 @@ def _variants(task: Task, kinds: Sequence[NoiseKind], rng: random.Random) -> lis
     noise_seed = rng.randrange(1 << 30)
     for recipe in recipes:
         try:
-            patches.append(add_noise(task, task.patch, recipe, rng=noise_seed))
+            patches.append(add_noise(task, task.patch, recipe, rng=noise_seed, elsewhere=elsewhere))
         except NoiseNotApplicable:
             continue
     return list(dict.fromkeys(patches))
@@ -193,6 +224,7 @@ def misleading_groups(
     min_size: int = 2,
     kinds: Sequence[NoiseKind] = TRAINING_KINDS,
     max_size_tau: float = 0.0,
+    elsewhere: Elsewhere = Elsewhere.ANYWHERE,
 ) -> list[LabelledGroup]:
     """Groups where a candidate's size misleads: oracle-labelled variants of the gold patch (``kinds`` once,
     twice and in pairs, see :func:`_variants`), one per quality level, chosen so that ranking by size
@@ -211,7 +243,7 @@ def misleading_groups(
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:misleading:{task.instance_id}:{g}")
             levels: dict[float, _Variant] = {}
-            for patch in _variants(task, kinds, rng):
+            for patch in _variants(task, kinds, rng, _allowed(task, elsewhere)):
                 q = score_patch(task, patch)
                 levels.setdefault(round(q.quality, 6), _Variant(patch, q.diff_size, q.quality))
             pool = list(levels.values())
@@ -560,10 +592,12 @@ def load_labelled_groups(
     max_candidates: int = 5,
     misleading_per_task: int = 0,
     kinds: Sequence[NoiseKind] = tuple(NOISE_KINDS),
+    elsewhere: Elsewhere = Elsewhere.ANYWHERE,
 ) -> list[LabelledGroup]:
     """Noise groups of every task with a bundled snapshot (``groups_per_task`` ladders of up to
     ``max_candidates``, each drawing its size from ``min_candidates..max_candidates`` when that is given,
-    and ``misleading_per_task`` groups where size misleads, both from the catalogue ``kinds``), plus
+    and ``misleading_per_task`` groups where size misleads, both from the catalogue ``kinds``, their edits
+    outside the fix placed as ``elsewhere`` says), plus
     rollout groups when trajectories and results are given (labelled by the judgements file when given,
     else by the oracle).
 
@@ -573,11 +607,19 @@ def load_labelled_groups(
     tasks = read_records(tasks_path, Task)
     bundled = [t for t in tasks if t.snapshot is not None]
     groups = noise_groups(
-        bundled, groups_per_task, size=max_candidates, seed=seed, min_size=min_candidates, kinds=kinds
+        bundled,
+        groups_per_task,
+        max_candidates,
+        seed,
+        min_size=min_candidates,
+        kinds=kinds,
+        elsewhere=elsewhere,
     )
     if misleading_per_task:
         smallest = min_candidates or 2
-        groups += misleading_groups(bundled, misleading_per_task, max_candidates, seed, smallest, kinds)
+        groups += misleading_groups(
+            bundled, misleading_per_task, max_candidates, seed, smallest, kinds, elsewhere=elsewhere
+        )
     if (trajectories_path is None) != (results_path is None):
         raise ValueError("rollout groups need both --trajectories and --results")
     if trajectories_path is not None and results_path is not None:

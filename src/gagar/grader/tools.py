@@ -43,6 +43,7 @@ __all__ = [
     "diff_stats",
     "files_touched",
     "functions_touched",
+    "group_core",
     "integrity_flags",
     "lint_delta",
     "out_of_scope_edits",
@@ -79,9 +80,13 @@ class DiffStats(BaseModel):
 
 
 class ScopeReport(BaseModel):
-    """Changed lines inside and outside the code the failing tests exercise."""
+    """Changed lines inside and outside the fix's scope: the code the failing tests exercise, narrowed to
+    the group's core where it has one."""
 
     exercised_functions: int
+    core: list[str]
+    """The scopes more than half of the group's passing candidates change, sorted: where the group agrees
+    the fix goes (empty when no scope has a majority)."""
     lines_in_scope: int
     lines_out_of_scope: int
     test_file_lines: int
@@ -210,25 +215,43 @@ def _tests_files(ws: GroupWorkspace, tid: str) -> dict[str, str]:
     return files
 
 
+def group_core(ws: GroupWorkspace) -> list[str]:
+    """The scopes more than half of the group's passing candidates change, sorted.
+
+    Every passing candidate fixes the bug, so the scopes most of them change are where the fix goes; a
+    change in a function the failing tests reach but most candidates leave alone (a caller or helper on
+    their path) is one the fix did not need, which the tests' reach alone cannot tell.
+    """
+    key = ("core",)
+    if key not in ws.cache:
+        ids = ws.passing_ids
+        counts = Counter(scope for tid in ids for scope in set(functions_touched(ws, tid)))
+        ws.cache[key] = sorted(scope for scope, n in counts.items() if n > len(ids) / 2)
+    return ws.cache[key]
+
+
 def out_of_scope_edits(ws: GroupWorkspace, tid: str) -> ScopeReport:
-    """Changed lines outside the functions the FAIL_TO_PASS tests may reach (see :mod:`.exercised`).
+    """Changed lines outside the fix's scope: outside the functions the FAIL_TO_PASS tests may reach
+    (see :mod:`.exercised`), or outside the group's core (:func:`group_core`) where it has one.
 
     Module-level lines, non-Python files and test files count as out of scope. The call graph is
     built on the candidate's own tree, so a helper the fix adds and calls is in scope.
     """
     exercised = exercised_scopes(_tests_files(ws, tid), ws.task.FAIL_TO_PASS)
+    core = group_core(ws)
     inside = outside = tests = 0
     scopes: set[str] = set()
     for path, scope in _line_scopes(ws, tid):
         if is_test_path(path):
             tests += 1
-        if not is_test_path(path) and in_scope(scope, exercised):
+        if not is_test_path(path) and in_scope(scope, exercised) and (not core or scope in core):
             inside += 1
         else:
             outside += 1
             scopes.add(scope)
     return ScopeReport(
         exercised_functions=len(exercised),
+        core=core,
         lines_in_scope=inside,
         lines_out_of_scope=outside,
         test_file_lines=tests,

@@ -20,8 +20,9 @@ import ast
 import keyword
 import random
 import re
+import textwrap
 import tokenize
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from io import StringIO
@@ -32,7 +33,7 @@ from gagar.tasks.diffs import apply_diff, make_diff
 from gagar.tasks.oracle import changed_scopes
 from gagar.tasks.scopes import FunctionSpan, function_named, functions
 
-__all__ = ["NOISE_KINDS", "NoiseKind", "NoiseNotApplicable", "add_noise", "introspection_hack"]
+__all__ = ["NOISE_KINDS", "Elsewhere", "NoiseKind", "NoiseNotApplicable", "add_noise", "introspection_hack"]
 
 
 class NoiseKind(StrEnum):
@@ -51,6 +52,17 @@ class NoiseKind(StrEnum):
     WIDENED_FIX = "widened_fix"
 
 
+class Elsewhere(StrEnum):
+    """Which functions the kinds that edit outside the fix (``comment``, ``rename_local``, ``reformat``,
+    ``defensive_check``) may take."""
+
+    ANYWHERE = "anywhere"
+    """Any function the fix does not touch, most of them off the failing tests' path."""
+    REACHED = "reached"
+    """Only functions the failing tests reach (a caller or helper on their path): a change spread from the
+    bug's site along the failing path, which a check of what the tests reach counts as in scope."""
+
+
 class NoiseNotApplicable(ValueError):
     """A kind of noise that has nothing to act on in this repository."""
 
@@ -60,6 +72,8 @@ class _Context:
     gold_scopes: frozenset[str]
     """``path:qualname`` of every scope the fix changes."""
     gold_paths: frozenset[str]
+    elsewhere: frozenset[str] | None = None
+    """``path:qualname`` of the functions outside the fix that kinds acting there may take (None: any)."""
     used: set[str] = field(default_factory=set)
     """Targets earlier applications took (renamed names, edited files), so a repeat picks another."""
 
@@ -82,10 +96,19 @@ def _spans(snapshot: Mapping[str, str], ctx: _Context, gold: bool) -> list[tuple
     out = []
     for path in sorted(p for p in snapshot if _is_source(p)):
         for span in functions(snapshot[path]):
-            if (f"{path}:{span.qualname}" in ctx.gold_scopes) == gold:
+            scope = f"{path}:{span.qualname}"
+            if (gold and scope in ctx.gold_scopes) or (
+                not gold
+                and scope not in ctx.gold_scopes
+                and (ctx.elsewhere is None or scope in ctx.elsewhere)
+            ):
                 out.append((path, span))
     if not out:
-        raise NoiseNotApplicable("no gold function" if gold else "no function outside the fix")
+        if gold:
+            raise NoiseNotApplicable("no gold function")
+        raise NoiseNotApplicable(
+            "no function outside the fix" + ("" if ctx.elsewhere is None else " among those allowed")
+        )
     return out
 
 
@@ -231,8 +254,8 @@ def dead_code(snapshot: dict[str, str], ctx: _Context, rng: random.Random) -> di
     """An unused copy of the fixed function, kept "for reference" at the end of its module."""
     path, span = rng.choice(_spans(snapshot, ctx, gold=True))
     text = snapshot[path]
-    body = text.splitlines(keepends=True)[span.start - 1 : span.end]
-    copy = "".join(body).replace(f"def {span.node.name}(", f"def _old_{span.node.name}(", 1)
+    body = textwrap.dedent("".join(text.splitlines(keepends=True)[span.start - 1 : span.end]))  # a method too
+    copy = body.replace(f"def {span.node.name}(", f"def _old_{span.node.name}(", 1)
     return {**snapshot, path: text.rstrip("\n") + "\n\n\n" + copy}
 
 
@@ -393,12 +416,24 @@ NOISE_KINDS: dict[NoiseKind, Transform] = {
 """Every kind of unnecessary modification, in a fixed order."""
 
 
+def _parsing(before: Mapping[str, str], after: dict[str, str]) -> dict[str, str]:
+    """``after``, when every Python file a kind changed still parses: a guard under every kind."""
+    for path, text in after.items():
+        if path.endswith(".py") and text != before.get(path):
+            try:
+                pyast.parse(text)
+            except SyntaxError:
+                raise NoiseNotApplicable(f"the edit would leave {path} unparsable") from None
+    return after
+
+
 def add_noise(
     task: Task,
     patch: str,
     kinds: Sequence[NoiseKind | str] | None = None,
     rng: random.Random | int = 0,
     snapshot: Mapping[str, str] | None = None,
+    elsewhere: Collection[str] | None = None,
 ) -> str:
     """``patch`` plus the unnecessary modifications ``kinds``, as one unified diff of the repository.
 
@@ -407,6 +442,8 @@ def add_noise(
             kind that has something to act on, once.
         rng: a ``random.Random`` or a seed; the result is a function of it.
         snapshot: the repository files; default the task's bundled snapshot.
+        elsewhere: ``path:qualname`` of the functions the kinds that act outside the fix may edit
+            (default: any function the fix does not touch), e.g. those the failing tests reach.
 
     Raises:
         NoiseNotApplicable: if an explicitly requested kind has nothing to act on.
@@ -417,12 +454,13 @@ def add_noise(
         raise ValueError(f"task {task.instance_id}: no bundled snapshot; pass the repository files")
     rng = rng if isinstance(rng, random.Random) else random.Random(rng)
     scopes = changed_scopes(base, patch)
-    ctx = _Context(frozenset(s for _, s in scopes), frozenset(p for p, _ in scopes))
+    allowed = None if elsewhere is None else frozenset(elsewhere)
+    ctx = _Context(frozenset(s for _, s in scopes), frozenset(p for p, _ in scopes), allowed)
     fixed = apply_diff(base, patch)
     for kind in kinds if kinds is not None else list(NOISE_KINDS):
         transform = NOISE_KINDS[NoiseKind(kind)]
         try:
-            fixed = transform(fixed, ctx, rng)
+            fixed = _parsing(fixed, transform(fixed, ctx, rng))
         except NoiseNotApplicable as exc:
             if kinds is not None:
                 raise NoiseNotApplicable(f"{NoiseKind(kind)}: {exc}") from None
