@@ -15,8 +15,9 @@ import re
 from collections.abc import Iterable, Mapping
 
 from gagar import pyast
+from gagar.tasks.diffs import apply_diff
 
-__all__ = ["exercised_scopes", "in_scope", "is_test_path", "parse_test_id"]
+__all__ = ["exercised_scopes", "in_scope", "is_test_path", "parse_test_id", "with_test_patch"]
 
 
 def is_test_path(path: str) -> bool:
@@ -81,6 +82,17 @@ def _test_nodes(files: Mapping[str, str], test_ids: Iterable[str]) -> list[ast.A
                 if qualname == wanted or (path is None and qualname.endswith("." + names[-1])):
                     nodes.append(node)
     return nodes
+
+
+def with_test_patch(files: Mapping[str, str], test_patch: str) -> dict[str, str]:
+    """The Python files of ``files`` (path -> text) with the task's own, trusted ``test_patch`` applied,
+    which puts the FAIL_TO_PASS tests back.
+
+    Raises:
+        ValueError: if the test patch does not apply.
+    """
+    patched = apply_diff(files, test_patch) if test_patch else files
+    return {p: t for p, t in patched.items() if p.endswith(".py")}
 
 
 def exercised_scopes(files: Mapping[str, str], test_ids: Iterable[str]) -> set[str]:

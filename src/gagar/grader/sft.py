@@ -25,7 +25,7 @@ from tqdm import tqdm
 from gagar.grader.addressed import INJECTIONS, inject
 from gagar.grader.addressed import KIND as ADDRESSED
 from gagar.grader.base import Grader, GraderMetrics, PositionGuard, grade_group
-from gagar.grader.exercised import exercised_scopes
+from gagar.grader.exercised import exercised_scopes, with_test_patch
 from gagar.grader.features import group_features
 from gagar.grader.kendall import (
     kendall_tau_b,
@@ -42,7 +42,6 @@ from gagar.schema.grade import Grade
 from gagar.schema.result import TestResult
 from gagar.schema.task import Task
 from gagar.schema.trajectory import Trajectory
-from gagar.tasks.diffs import apply_diff
 from gagar.tasks.noise import (
     NOISE_KINDS,
     Elsewhere,
@@ -138,11 +137,12 @@ def noise_groups(
         raise ValueError(f"min_size must be between 2 and size={size}, got {min_size}")
     out = []
     for task in tasks:
+        allowed = _allowed(task, elsewhere) if groups_per_task else None
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:{task.instance_id}:{g}")
             n = size if min_size is None else rng.randint(min_size, size)
             with_gold = rng.random() < gold_share
-            patches = list(dict.fromkeys(_ladder(task, n, rng, with_gold, kinds, _allowed(task, elsewhere))))
+            patches = list(dict.fromkeys(_ladder(task, n, rng, with_gold, kinds, allowed)))
             rng.shuffle(patches)
             group_id = f"{task.instance_id}/g{g}"
             ids = [f"{group_id}/c{i}" for i in range(len(patches))]
@@ -171,9 +171,7 @@ def reached_scopes(task: Task) -> frozenset[str]:
     test patch applied (see :func:`gagar.grader.exercised.exercised_scopes`)."""
     if task.snapshot is None:
         raise ValueError(f"task {task.instance_id}: no bundled snapshot")
-    files = apply_diff(task.snapshot, task.test_patch) if task.test_patch else dict(task.snapshot)
-    python = {p: t for p, t in files.items() if p.endswith(".py")}
-    return frozenset(exercised_scopes(python, task.FAIL_TO_PASS))
+    return frozenset(exercised_scopes(with_test_patch(task.snapshot, task.test_patch), task.FAIL_TO_PASS))
 
 
 def _allowed(task: Task, elsewhere: Elsewhere) -> frozenset[str] | None:
@@ -240,10 +238,11 @@ def misleading_groups(
         raise ValueError(f"min_size must be between 2 and size={size}, got {min_size}")
     out = []
     for task in tasks:
+        allowed = _allowed(task, elsewhere) if groups_per_task else None
         for g in range(groups_per_task):
             rng = random.Random(f"{seed}:misleading:{task.instance_id}:{g}")
             levels: dict[float, _Variant] = {}
-            for patch in _variants(task, kinds, rng, _allowed(task, elsewhere)):
+            for patch in _variants(task, kinds, rng, allowed):
                 q = score_patch(task, patch)
                 levels.setdefault(round(q.quality, 6), _Variant(patch, q.diff_size, q.quality))
             pool = list(levels.values())

@@ -22,13 +22,13 @@ from pydantic import BaseModel
 
 from gagar.grader.addressed import KIND as ADDRESSED
 from gagar.grader.addressed import addressed_findings
-from gagar.grader.exercised import exercised_scopes, in_scope, is_test_path
+from gagar.grader.exercised import exercised_scopes, in_scope, is_test_path, with_test_patch
 from gagar.grader.workspace import GroupWorkspace
 from gagar.sandbox.base import Prediction, SandboxBackend
 from gagar.sandbox.hacks import source_flags
 from gagar.sandbox.pristine import SourceChange, is_test_file
 from gagar.tasks import oracle
-from gagar.tasks.diffs import apply_diff, changed_lines
+from gagar.tasks.diffs import changed_lines
 from gagar.tasks.scopes import line_scopes
 
 __all__ = [
@@ -206,13 +206,10 @@ def functions_touched(ws: GroupWorkspace, tid: str) -> list[str]:
 def _tests_files(ws: GroupWorkspace, tid: str) -> dict[str, str]:
     """The candidate's Python files with the task's test patch applied (when it applies)."""
     files = ws.python_files(tid)
-    if ws.task.test_patch:
-        try:
-            patched = apply_diff(files, ws.task.test_patch)  # trusted: the task's own test patch
-        except ValueError:
-            return files
-        return {p: t for p, t in patched.items() if p.endswith(".py")}
-    return files
+    try:
+        return with_test_patch(files, ws.task.test_patch)
+    except ValueError:
+        return files
 
 
 def group_core(ws: GroupWorkspace) -> list[str]:

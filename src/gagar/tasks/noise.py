@@ -77,6 +77,10 @@ class _Context:
     used: set[str] = field(default_factory=set)
     """Targets earlier applications took (renamed names, edited files), so a repeat picks another."""
 
+    def may_edit_elsewhere(self, scope: str) -> bool:
+        """Whether a kind that acts outside the fix may edit ``scope``."""
+        return scope not in self.gold_scopes and (self.elsewhere is None or scope in self.elsewhere)
+
 
 _COMMENTS = (
     "# NOTE: keep this in sync with the documentation.",
@@ -97,11 +101,7 @@ def _spans(snapshot: Mapping[str, str], ctx: _Context, gold: bool) -> list[tuple
     for path in sorted(p for p in snapshot if _is_source(p)):
         for span in functions(snapshot[path]):
             scope = f"{path}:{span.qualname}"
-            if (gold and scope in ctx.gold_scopes) or (
-                not gold
-                and scope not in ctx.gold_scopes
-                and (ctx.elsewhere is None or scope in ctx.elsewhere)
-            ):
+            if scope in ctx.gold_scopes if gold else ctx.may_edit_elsewhere(scope):
                 out.append((path, span))
     if not out:
         if gold:
